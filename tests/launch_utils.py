@@ -1,0 +1,208 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Helpers for tests that run code as several simulated hosts.
+
+Typical use:
+
+  result = launch_utils.run_launched(script, num_hosts=2, devices_per_host=2)
+  launch_utils.assert_ok(result)
+  assert launch_utils.host_lines(result.stdout, 1) == [...]
+
+A host script can record its pid with `write_pid(directory)` (or the same
+two lines inline) so a test can check afterwards, with
+`assert_no_survivors(read_pids(directory))`, that nothing outlived the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Slack on top of the launcher's own --timeout and --grace before the test
+# gives up on the launcher itself: it covers interpreter start-up and reaping.
+_SLACK_S = 30
+
+
+def launcher_env(extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+  """The launcher's environment: ours, with the repo importable."""
+  env = dict(os.environ)
+  path = env.get("PYTHONPATH", "")
+  env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+  # Hosts must not inherit a cluster the test machine happens to be in.
+  env.pop("JAX_COORDINATOR_ADDRESS", None)
+  env.update(extra_env or {})
+  return env
+
+
+def launcher_command(
+    command: str | os.PathLike[str] | Sequence[str],
+    *,
+    num_hosts: int,
+    devices_per_host: int,
+    timeout: float | None = None,
+    grace: float | None = None,
+) -> list[str]:
+  """`python -m tunix_mcjax.launch ... -- command`.
+
+  Args:
+    command: A script path (run with this test's interpreter) or a full
+      argument list.
+    num_hosts: --num_hosts.
+    devices_per_host: --devices_per_host.
+    timeout: --timeout, if given.
+    grace: --grace, if given.
+
+  Returns:
+    The argument list.
+  """
+  if isinstance(command, (str, os.PathLike)):
+    command = [sys.executable, os.fspath(command)]
+  args = [
+      sys.executable,
+      "-m",
+      "tunix_mcjax.launch",
+      "--num_hosts",
+      str(num_hosts),
+      "--devices_per_host",
+      str(devices_per_host),
+  ]
+  if timeout is not None:
+    args += ["--timeout", str(timeout)]
+  if grace is not None:
+    args += ["--grace", str(grace)]
+  return args + ["--", *map(str, command)]
+
+
+def run_launched(
+    command: str | os.PathLike[str] | Sequence[str],
+    num_hosts: int,
+    devices_per_host: int,
+    *,
+    timeout: float = 120,
+    grace: float | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+  """Runs `command` under the launcher and waits for it.
+
+  Args:
+    command: A script path (run with `sys.executable`) or an argument list.
+    num_hosts: Number of simulated hosts.
+    devices_per_host: Fake CPU devices per host.
+    timeout: The launcher's --timeout in seconds; the launcher itself is
+      killed (and the test fails) if it has not returned 30 s after that.
+    grace: The launcher's --grace, if given.
+    extra_env: Extra variables for the launcher and hence the hosts.
+
+  Returns:
+    The finished launcher: returncode, stdout and stderr as text.
+  """
+  args = launcher_command(
+      command,
+      num_hosts=num_hosts,
+      devices_per_host=devices_per_host,
+      timeout=timeout,
+      grace=grace,
+  )
+  proc = subprocess.Popen(
+      args,
+      env=launcher_env(extra_env),
+      cwd=REPO_ROOT,
+      stdin=subprocess.DEVNULL,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      # Its own group, so a stuck launcher can be killed with its hosts'
+      # pipes' readers; the hosts die with it (death signal).
+      start_new_session=True,
+  )
+  wait_s = timeout + (grace if grace is not None else 5) + _SLACK_S
+  try:
+    stdout, stderr = proc.communicate(timeout=wait_s)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    stdout, stderr = proc.communicate()
+    raise AssertionError(
+        f"launcher did not return within {wait_s:g} s\n"
+        f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+    ) from None
+  return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
+def describe(result: subprocess.CompletedProcess[str]) -> str:
+  """The launcher's exit status and output, for assertion messages."""
+  return (
+      f"launcher exit status {result.returncode}\n"
+      f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+  )
+
+
+def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
+  assert result.returncode == 0, describe(result)
+
+
+def host_lines(output: str, host: int) -> list[str]:
+  """Lines that host `host` printed, without the `[host i] ` prefix."""
+  prefix = f"[host {host}] "
+  return [
+      line[len(prefix) :]
+      for line in output.splitlines()
+      if line.startswith(prefix)
+  ]
+
+
+def write_pid(directory: str | os.PathLike[str]) -> None:
+  """Records this process's pid under `directory` (call it in a host)."""
+  path = pathlib.Path(directory) / f"{os.getpid()}.pid"
+  path.write_text(str(os.getpid()))
+
+
+def read_pids(directory: str | os.PathLike[str]) -> list[int]:
+  """Pids recorded under `directory` by `write_pid` (or `<pid>.pid` files)."""
+  return sorted(
+      int(path.read_text()) for path in pathlib.Path(directory).glob("*.pid")
+  )
+
+
+def is_alive(pid: int) -> bool:
+  """True if `pid` runs (a zombie, dead but unreaped, does not count)."""
+  try:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+  except FileNotFoundError:
+    return False
+  except OSError:
+    try:
+      os.kill(pid, 0)
+    except ProcessLookupError:
+      return False
+    return True
+  # The state letter follows the parenthesised command name.
+  return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def assert_no_survivors(pids: Sequence[int], wait_s: float = 2.0) -> None:
+  """Fails if any of `pids` still runs after `wait_s` seconds."""
+  deadline = time.monotonic() + wait_s
+  alive = [pid for pid in pids if is_alive(pid)]
+  while alive and time.monotonic() < deadline:
+    time.sleep(0.05)
+    alive = [pid for pid in alive if is_alive(pid)]
+  assert not alive, f"processes outlived the launcher: {alive}"

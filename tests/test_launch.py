@@ -1,0 +1,420 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests of the local launcher with real multi-process JAX on CPU."""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import launch_utils
+import pytest
+
+from tunix_mcjax import launch
+
+# Every host script starts like this: record the pid first, so that the
+# orphan check covers hosts that die early.
+_PREAMBLE = """\
+import json, os, pathlib, signal, subprocess, sys, time
+PID_DIR = pathlib.Path(sys.argv[1])
+(PID_DIR / f"{os.getpid()}.pid").write_text(str(os.getpid()))
+HOST = int(os.environ["TUNIX_MCJAX_HOST_ID"])
+"""
+
+_JAX_PREAMBLE = _PREAMBLE + """\
+import numpy as np
+from jax.experimental import multihost_utils
+import jax
+from tunix_mcjax import runtime
+INFO = runtime.initialize()
+"""
+
+
+def _write_script(
+    tmp_path: pathlib.Path, body: str, jax_init: bool
+) -> list[str]:
+  """Writes a host script; returns its command (pid dir as argument)."""
+  pid_dir = tmp_path / "pids"
+  pid_dir.mkdir(exist_ok=True)
+  script = tmp_path / "host.py"
+  preamble = _JAX_PREAMBLE if jax_init else _PREAMBLE
+  script.write_text(preamble + textwrap.dedent(body))
+  return [sys.executable, str(script), str(pid_dir)]
+
+
+_HEALTHY = """\
+# A real cross-host collective: only works if the hosts are connected.
+gathered = multihost_utils.process_allgather(np.array([INFO.process_index]))
+report = {
+    "info": [INFO.process_index, INFO.process_count, INFO.local_device_count,
+             INFO.global_device_count, INFO.source],
+    "device_count": jax.device_count(),
+    "gathered": np.asarray(gathered).ravel().tolist(),
+}
+if HOST == 0:
+  # Where does the coordinator listen? Read the kernel's socket tables.
+  import ipaddress
+  port = int(os.environ["TUNIX_MCJAX_COORDINATOR"].rsplit(":", 1)[1])
+  addresses = []
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+      rows = pathlib.Path(table).read_text().splitlines()[1:]
+    except FileNotFoundError:
+      continue
+    for row in rows:
+      local, state = row.split()[1], row.split()[3]
+      address, hex_port = local.split(":")
+      if state == "0A" and int(hex_port, 16) == port:  # 0A = LISTEN
+        # The kernel prints each 32-bit word in host (little-endian) order.
+        raw = b"".join(bytes.fromhex(address[i:i + 8])[::-1]
+                       for i in range(0, len(address), 8))
+        ip = ipaddress.ip_address(raw)
+        if ip.version == 6 and ip.ipv4_mapped:
+          ip = ip.ipv4_mapped
+        addresses.append(str(ip))
+  report["listen"] = addresses
+print("REPORT " + json.dumps(report))
+print(f"to stderr from {HOST}", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("num_hosts,devices_per_host", [(2, 2), (3, 2)])
+def test_healthy_job(tmp_path, num_hosts, devices_per_host):
+  command = _write_script(tmp_path, _HEALTHY, jax_init=True)
+  result = launch_utils.run_launched(
+      command, num_hosts, devices_per_host, timeout=90
+  )
+  launch_utils.assert_ok(result)
+  total = num_hosts * devices_per_host
+  for host in range(num_hosts):
+    reports = [
+        line
+        for line in launch_utils.host_lines(result.stdout, host)
+        if line.startswith("REPORT ")
+    ]
+    assert len(reports) == 1, launch_utils.describe(result)
+    report = json.loads(reports[0].removeprefix("REPORT "))
+    assert report["info"] == [
+        host,
+        num_hosts,
+        devices_per_host,
+        total,
+        "launcher",
+    ]
+    assert report["device_count"] == total
+    assert report["gathered"] == list(range(num_hosts))
+    assert launch_utils.host_lines(result.stderr, host) == [
+        f"to stderr from {host}"
+    ]
+    if host == 0:
+      # The coordinator must listen on loopback only, never on all interfaces.
+      # (JAX may use an IPv6 socket bound to ::ffff:127.0.0.1, shown here as
+      # 127.0.0.1; without a bind address it would be :: or 0.0.0.0.)
+      assert report["listen"], report
+      assert set(report["listen"]) == {"127.0.0.1"}, report
+  launch_utils.assert_no_survivors(launch_utils.read_pids(tmp_path / "pids"))
+
+
+_FAILING = """\
+MODE = sys.argv[2]
+if HOST == 0:
+  # Leaves a grandchild in its process group, and ignores SIGTERM so the
+  # launcher must escalate to SIGKILL.
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  child = subprocess.Popen(["sleep", "600"])
+  (PID_DIR / f"{child.pid}.pid").write_text(str(child.pid))
+  (PID_DIR / "ready").write_text("")
+  time.sleep(600)
+else:
+  while not (PID_DIR / "ready").exists():
+    time.sleep(0.05)
+  print("failing now", flush=True)
+  if MODE == "exit":
+    os._exit(3)
+  os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize(
+    "mode,message,status",
+    [
+        ("exit", "host 1 exited with status 3", 3),
+        ("sigkill", "host 1 was killed by SIGKILL", 128 + signal.SIGKILL),
+    ],
+)
+def test_failed_host_stops_the_job(tmp_path, mode, message, status):
+  command = _write_script(tmp_path, _FAILING, jax_init=True) + [mode]
+  start = time.monotonic()
+  result = launch_utils.run_launched(command, 2, 2, timeout=120, grace=2)
+  elapsed = time.monotonic() - start
+  assert result.returncode == status, launch_utils.describe(result)
+  assert (
+      f"error: job failed: {message}" in result.stderr
+  ), launch_utils.describe(result)
+  # Host 0 ignored SIGTERM, so it took the SIGKILL escalation.
+  assert "host 0 was killed by SIGKILL" in result.stderr
+  assert elapsed < 30, f"took {elapsed:.1f} s"
+  assert launch_utils.host_lines(result.stdout, 1) == ["failing now"]
+  pids = launch_utils.read_pids(tmp_path / "pids")
+  assert len(pids) == 3, pids  # two hosts and host 0's grandchild
+  launch_utils.assert_no_survivors(pids)
+
+
+_HANG = """\
+if HOST == 0:
+  print("entering collective", flush=True)
+  multihost_utils.process_allgather(np.arange(4))
+  print("left collective", flush=True)
+else:
+  print("sleeping", flush=True)
+  time.sleep(600)
+"""
+
+
+def test_collective_hang_is_stopped_by_timeout(tmp_path):
+  command = _write_script(tmp_path, _HANG, jax_init=True)
+  start = time.monotonic()
+  result = launch_utils.run_launched(command, 2, 1, timeout=12, grace=2)
+  elapsed = time.monotonic() - start
+  assert result.returncode == launch.EXIT_TIMEOUT, launch_utils.describe(result)
+  assert "timeout: host(s) 0, 1 still running after 12 s;" in result.stderr
+  assert (
+      "still running after 12 s; a collective joined by only some hosts"
+      " hangs forever"
+      in result.stderr
+  )
+  # Both hosts really got past start-up: host 0 is stuck in the collective.
+  assert launch_utils.host_lines(result.stdout, 0) == ["entering collective"]
+  assert launch_utils.host_lines(result.stdout, 1) == ["sleeping"]
+  assert elapsed < 12 + 2 + 10, f"took {elapsed:.1f} s"
+  pids = launch_utils.read_pids(tmp_path / "pids")
+  assert len(pids) == 2, pids
+  launch_utils.assert_no_survivors(pids)
+
+
+def _start_sleepers(tmp_path: pathlib.Path, num_hosts: int):
+  """Starts a launcher whose hosts sleep; returns it once all hosts run."""
+  command = _write_script(tmp_path, "time.sleep(600)\n", jax_init=False)
+  proc = subprocess.Popen(
+      launch_utils.launcher_command(
+          command, num_hosts=num_hosts, devices_per_host=1, grace=2
+      ),
+      env=launch_utils.launcher_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      start_new_session=True,
+  )
+  deadline = time.monotonic() + 30
+  while len(launch_utils.read_pids(tmp_path / "pids")) < num_hosts:
+    if time.monotonic() > deadline or proc.poll() is not None:
+      os.killpg(proc.pid, signal.SIGKILL)
+      pytest.fail(f"hosts did not start: {proc.communicate()}")
+    time.sleep(0.05)
+  return proc
+
+
+@pytest.mark.parametrize(
+    "sig,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)]
+)
+def test_signal_to_launcher_stops_hosts(tmp_path, sig, status):
+  proc = _start_sleepers(tmp_path, num_hosts=2)
+  proc.send_signal(sig)
+  _, stderr = proc.communicate(timeout=30)
+  assert proc.returncode == status, stderr
+  assert f"received {sig.name}; stopping all hosts" in stderr
+  launch_utils.assert_no_survivors(launch_utils.read_pids(tmp_path / "pids"))
+
+
+def test_hosts_die_with_a_killed_launcher(tmp_path):
+  proc = _start_sleepers(tmp_path, num_hosts=2)
+  proc.kill()  # SIGKILL: the launcher gets no chance to clean up.
+  proc.communicate(timeout=30)
+  launch_utils.assert_no_survivors(
+      launch_utils.read_pids(tmp_path / "pids"), wait_s=5
+  )
+
+
+def _marker_command(tmp_path: pathlib.Path) -> tuple[list[str], pathlib.Path]:
+  """A command that leaves a marker file if it ever runs."""
+  marker = tmp_path / "started"
+  script = tmp_path / "marker.py"
+  script.write_text(
+      f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x')\n"
+  )
+  return [sys.executable, str(script)], marker
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (
+            ["--num_hosts", "0", "--devices_per_host", "2"],
+            "num_hosts must be an integer >= 1",
+        ),
+        (
+            ["--num_hosts", "2", "--devices_per_host", "0"],
+            "devices_per_host must be an integer >= 1",
+        ),
+        (
+            ["--num_hosts", "2", "--devices_per_host", "1", "--timeout", "0"],
+            "timeout must be > 0",
+        ),
+    ],
+)
+def test_bad_numbers_fail_before_start(tmp_path, options, message):
+  command, marker = _marker_command(tmp_path)
+  result = _run_cli([*options, "--", *command])
+  assert result.returncode == launch.EXIT_USAGE, launch_utils.describe(result)
+  assert message in result.stderr
+  assert not marker.exists()
+
+
+def _run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+  return subprocess.run(
+      [sys.executable, "-m", "tunix_mcjax.launch", *args],
+      env=launch_utils.launcher_env(),
+      capture_output=True,
+      text=True,
+      timeout=60,
+      check=False,
+  )
+
+
+@pytest.mark.parametrize(
+    "command,message",
+    [
+        (["no-such-command-tunix-mcjax"], "command not found"),
+        (["/no/such/dir/python3"], "command not found"),
+        ([], "no command given"),
+    ],
+)
+def test_bad_command_fails_before_start(command, message):
+  result = _run_cli(
+      ["--num_hosts", "2", "--devices_per_host", "1", "--", *command]
+  )
+  assert result.returncode == launch.EXIT_USAGE, launch_utils.describe(result)
+  assert message in result.stderr
+
+
+def test_missing_separator_is_a_usage_error():
+  result = _run_cli(
+      ["--num_hosts", "2", "--devices_per_host", "1", sys.executable, "x.py"]
+  )
+  assert result.returncode == launch.EXIT_USAGE
+  assert "put the command after '--'" in result.stderr
+
+
+def test_old_python_fails_before_start(tmp_path):
+  marker = tmp_path / "started"
+  fake = tmp_path / "python"
+  # Answers the version probe like Python 3.8; anything else would start a
+  # host, which the marker would reveal.
+  fake.write_text(textwrap.dedent(f"""\
+      #!/bin/sh
+      if [ "$1" = "-c" ]; then echo "(3, 8)"; exit 0; fi
+      touch {marker}
+      """))
+  fake.chmod(0o755)
+  result = _run_cli([
+      "--num_hosts",
+      "2",
+      "--devices_per_host",
+      "1",
+      "--",
+      str(fake),
+      "train.py",
+  ])
+  assert result.returncode == launch.EXIT_USAGE, launch_utils.describe(result)
+  assert "is Python 3.8, but tunix_mcjax needs Python >= 3.11" in result.stderr
+  assert not marker.exists()
+
+
+def test_real_old_python_fails_before_start():
+  old = pathlib.Path("/root/.pyenv/versions/3.8.18/bin/python")
+  if not os.access(old, os.X_OK):
+    pytest.skip(f"{old} is not installed")
+  result = _run_cli([
+      "--num_hosts",
+      "1",
+      "--devices_per_host",
+      "1",
+      "--",
+      str(old),
+      "-c",
+      "pass",
+  ])
+  assert result.returncode == launch.EXIT_USAGE, launch_utils.describe(result)
+  assert "is Python 3.8" in result.stderr
+
+
+def test_launch_api_rejects_bad_input_without_starting():
+  with pytest.raises(launch.LaunchError, match="num_hosts must be"):
+    launch.launch(
+        [sys.executable, "-c", "pass"], num_hosts=0, devices_per_host=1
+    )
+
+
+def test_host_env_replaces_device_count_flag():
+  env = launch.host_env(
+      {
+          "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8",
+          "KEEP": "yes",
+      },
+      coordinator="127.0.0.1:1234",
+      num_hosts=3,
+      host_id=2,
+      devices_per_host=4,
+  )
+  assert env["XLA_FLAGS"] == (
+      "--xla_foo=1 --xla_force_host_platform_device_count=4"
+  )
+  assert env[launch.ENV_COORDINATOR] == "127.0.0.1:1234"
+  assert env[launch.ENV_NUM_HOSTS] == "3"
+  assert env[launch.ENV_HOST_ID] == "2"
+  assert env[launch.ENV_DEVICES_PER_HOST] == "4"
+  assert env["JAX_PLATFORMS"] == "cpu"
+  assert env["PYTHONUNBUFFERED"] == "1"
+  assert env["KEEP"] == "yes"
+
+
+def test_free_port_is_bindable_on_loopback():
+  port = launch.free_port()
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", port))
+
+
+def test_launch_api_forwards_output_and_status(capsys):
+  code = (
+      "import os, sys; host = int(os.environ['TUNIX_MCJAX_HOST_ID']);"
+      " print('hello', host); sys.exit(0 if host == 0 else 5)"
+  )
+  status = launch.launch(
+      [sys.executable, "-c", code],
+      num_hosts=2,
+      devices_per_host=1,
+      timeout_s=60,
+      env={"PYTHONPATH": str(launch_utils.REPO_ROOT)},
+  )
+  captured = capsys.readouterr()
+  assert status == 5, captured
+  assert "[host 0] hello 0\n" in captured.out
+  assert "[host 1] hello 1\n" in captured.out
+  assert "error: job failed: host 1 exited with status 5" in captured.err

@@ -1,0 +1,533 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Multi-controller JAX start-up and host-aware meshes.
+
+Every process of a job calls `initialize()` once, before any JAX computation.
+It picks one of three start-ups:
+
+* "launcher": an explicit coordinator, normally the environment set by
+  `python -m tunix_mcjax.launch` (N simulated hosts on this machine, fake CPU
+  devices, gloo collectives, coordinator bound to loopback only).
+* "cluster": a real cluster that JAX itself can detect (Cloud TPU pod, SLURM,
+  Open MPI, Kubernetes, or an explicit `JAX_COORDINATOR_ADDRESS`); JAX's own
+  auto-detection fills in the coordinator, process count and id.
+* "single": none of the above; one process, no distributed service.
+
+The mesh helpers order devices host by host, so that a contiguous block of the
+first mesh axis belongs to one host: `host_mesh_view` relies on it to expose a
+leading "host" axis over the same devices.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+import dataclasses
+import inspect
+import os
+import threading
+from typing import Any, Literal
+
+from absl import logging
+import jax
+import numpy as np
+
+from tunix_mcjax.launch import ENV_COORDINATOR
+from tunix_mcjax.launch import ENV_DEVICES_PER_HOST
+from tunix_mcjax.launch import ENV_HOST_ID
+from tunix_mcjax.launch import ENV_NUM_HOSTS
+
+Mesh = jax.sharding.Mesh
+Source = Literal["launcher", "cluster", "single"]
+
+CPU_COLLECTIVES = ("gloo", "mpi")
+HOST_AXIS = "host"
+_DEFAULT_AXIS_NAMES = ("fsdp", "tp")
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_host_port(address: str) -> tuple[str, int]:
+  host, sep, port = address.rpartition(":")
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(
+        f"coordinator_address={address!r} must look like 'host:port' with a"
+        " port in 1..65535, e.g. '127.0.0.1:12345'."
+    )
+  return host, int(port)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+  """How this process joins a multi-controller job.
+
+  Attributes:
+    coordinator_address: "host:port" of the coordinator (process 0). Set it
+      together with `num_processes` and `process_id` for an explicit job;
+      leave all three None to auto-detect a cluster or run single-process.
+      The coordinator binds to exactly this address, so a loopback address
+      keeps the service off the network.
+    num_processes: Number of processes (hosts) in the job.
+    process_id: This process's index in [0, num_processes).
+    local_device_count: Number of fake CPU devices for this process (the
+      launcher's --devices_per_host); None leaves the platform alone.
+    cpu_collectives: Cross-process collectives on CPU: "gloo" or "mpi".
+    initialization_timeout_s: Seconds to wait for every process to join.
+    heartbeat_timeout_s: Seconds without a heartbeat after which JAX declares
+      a peer dead and aborts the survivors; None keeps JAX's default (100 s in
+      jax 0.10-0.12). Only accepted when the installed jax supports it.
+  """
+
+  coordinator_address: str | None = None
+  num_processes: int | None = None
+  process_id: int | None = None
+  local_device_count: int | None = None
+  cpu_collectives: str = "gloo"
+  initialization_timeout_s: int = 300
+  heartbeat_timeout_s: int | None = None
+
+  def __post_init__(self):
+    explicit = {
+        "coordinator_address": self.coordinator_address,
+        "num_processes": self.num_processes,
+        "process_id": self.process_id,
+    }
+    given = [name for name, value in explicit.items() if value is not None]
+    if given and len(given) != len(explicit):
+      missing = sorted(set(explicit) - set(given))
+      raise ValueError(
+          f"RuntimeConfig got {', '.join(given)} but not {', '.join(missing)}:"
+          " set all three for an explicit multi-process job, or none of them"
+          " to auto-detect a cluster (or run as a single process)."
+      )
+    if self.coordinator_address is not None:
+      if not isinstance(self.coordinator_address, str):
+        raise ValueError(
+            "coordinator_address must be a 'host:port' string, got"
+            f" {self.coordinator_address!r}."
+        )
+      _parse_host_port(self.coordinator_address)
+    if self.num_processes is not None and (
+        not _is_int(self.num_processes) or self.num_processes < 1
+    ):
+      raise ValueError(
+          f"num_processes={self.num_processes!r} must be an integer >= 1."
+      )
+    if self.process_id is not None and (
+        not _is_int(self.process_id)
+        or not 0 <= self.process_id < self.num_processes
+    ):
+      raise ValueError(
+          f"process_id={self.process_id!r} must be an integer in"
+          f" [0, num_processes={self.num_processes})."
+      )
+    if self.local_device_count is not None and (
+        not _is_int(self.local_device_count) or self.local_device_count < 1
+    ):
+      raise ValueError(
+          f"local_device_count={self.local_device_count!r} must be an integer"
+          " >= 1, or None to keep the platform's devices."
+      )
+    if self.cpu_collectives not in CPU_COLLECTIVES:
+      raise ValueError(
+          f"cpu_collectives={self.cpu_collectives!r} must be one of"
+          f" {CPU_COLLECTIVES}."
+      )
+    if (
+        not _is_int(self.initialization_timeout_s)
+        or self.initialization_timeout_s < 1
+    ):
+      raise ValueError(
+          f"initialization_timeout_s={self.initialization_timeout_s!r} must be"
+          " an integer >= 1 (seconds)."
+      )
+    if self.heartbeat_timeout_s is not None and (
+        not _is_int(self.heartbeat_timeout_s) or self.heartbeat_timeout_s < 1
+    ):
+      raise ValueError(
+          f"heartbeat_timeout_s={self.heartbeat_timeout_s!r} must be an"
+          " integer >= 1 (seconds), or None for JAX's default."
+      )
+
+  @classmethod
+  def from_env(cls, environ: Mapping[str, str] | None = None) -> RuntimeConfig:
+    """Reads the variables that `python -m tunix_mcjax.launch` sets.
+
+    Args:
+      environ: Variables to read; defaults to `os.environ`.
+
+    Returns:
+      An explicit job config when TUNIX_MCJAX_COORDINATOR is set, else a config
+      that auto-detects (only TUNIX_MCJAX_DEVICES_PER_HOST is then honoured).
+
+    Raises:
+      ValueError: a variable is malformed, or the coordinator is set without
+        the host count and id.
+    """
+    environ = os.environ if environ is None else environ
+
+    def read_int(name: str) -> int | None:
+      raw = environ.get(name)
+      if raw is None or raw == "":
+        return None
+      try:
+        return int(raw)
+      except ValueError:
+        raise ValueError(f"{name}={raw!r} must be an integer.") from None
+
+    coordinator = environ.get(ENV_COORDINATOR) or None
+    num_hosts = read_int(ENV_NUM_HOSTS)
+    host_id = read_int(ENV_HOST_ID)
+    if coordinator is not None and (num_hosts is None or host_id is None):
+      missing = [
+          name
+          for name, value in (
+              (ENV_NUM_HOSTS, num_hosts),
+              (ENV_HOST_ID, host_id),
+          )
+          if value is None
+      ]
+      raise ValueError(
+          f"{ENV_COORDINATOR} is set but {', '.join(missing)} is not; these"
+          " are set together by `python -m tunix_mcjax.launch`. Run through"
+          f" the launcher, or unset {ENV_COORDINATOR}."
+      )
+    if coordinator is None and (num_hosts is not None or host_id is not None):
+      raise ValueError(
+          f"{ENV_NUM_HOSTS}/{ENV_HOST_ID} are set without {ENV_COORDINATOR};"
+          " run through `python -m tunix_mcjax.launch` or unset them."
+      )
+    return cls(
+        coordinator_address=coordinator,
+        num_processes=num_hosts,
+        process_id=host_id,
+        local_device_count=read_int(ENV_DEVICES_PER_HOST),
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeInfo:
+  """What `initialize()` set up, as seen by this process."""
+
+  process_index: int
+  process_count: int
+  local_device_count: int
+  global_device_count: int
+  source: Source
+
+
+_LOCK = threading.Lock()
+_INFO: RuntimeInfo | None = None
+_CONFIG: RuntimeConfig | None = None
+
+
+def in_multi_controller_environment() -> bool:
+  """Whether this process was started as one host of a job.
+
+  True under the local launcher or on a cluster JAX detects (TPU pod, SLURM,
+  an explicit JAX_COORDINATOR_ADDRESS, ...); False for a plain process, which
+  entry points then re-run under the local launcher to simulate hosts.
+  """
+  return (
+      RuntimeConfig.from_env().coordinator_address is not None
+      or _detected_cluster() is not None
+  )
+
+
+def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
+  """Starts this process's part of the job; safe to call more than once.
+
+  Must run before any JAX computation (or device query) in the process,
+  because the distributed service and the CPU device count are fixed when the
+  backend starts.
+
+  Args:
+    config: How to join; defaults to `RuntimeConfig.from_env()`.
+
+  Returns:
+    The runtime info; later calls return the same object.
+
+  Raises:
+    RuntimeError: JAX was used before the first call, a later call passes a
+      different config, or the backend's device count differs from the one
+      requested.
+    ValueError: the installed jax lacks an option the config asks for.
+  """
+  global _INFO, _CONFIG
+  with _LOCK:
+    if _INFO is not None:
+      if config is not None and config != _CONFIG:
+        raise RuntimeError(
+            "tunix_mcjax.runtime.initialize() already ran with"
+            f" {_CONFIG}; it cannot be re-run with {config}. Call it once per"
+            " process (later calls without arguments return the same info)."
+        )
+      return _INFO
+    if config is None:
+      config = RuntimeConfig.from_env()
+
+    if config.coordinator_address is not None:
+      source: Source = "launcher"
+    elif _detected_cluster() is not None:
+      source = "cluster"
+    else:
+      source = "single"
+
+    needs_fresh_backend = (
+        source != "single" or config.local_device_count is not None
+    )
+    if needs_fresh_backend and _backends_initialized():
+      raise RuntimeError(
+          "JAX was already used in this process (a computation ran or devices"
+          " were listed) before tunix_mcjax.runtime.initialize(); call"
+          " initialize() first, right after the imports."
+      )
+
+    optional = _optional_distributed_kwargs(config)
+    if source != "single":
+      jax.config.update(
+          "jax_cpu_collectives_implementation", config.cpu_collectives
+      )
+    if config.local_device_count is not None:
+      # Fake devices exist only on the CPU platform; without this a machine
+      # with an accelerator would silently use it instead.
+      jax.config.update("jax_platforms", "cpu")
+      _set_cpu_device_count(config.local_device_count)
+
+    if source == "launcher":
+      jax.distributed.initialize(
+          coordinator_address=config.coordinator_address,
+          num_processes=config.num_processes,
+          process_id=config.process_id,
+          # Bind exactly the advertised address: JAX's default is every
+          # interface, which exposes the job's service to the network.
+          coordinator_bind_address=config.coordinator_address,
+          initialization_timeout=config.initialization_timeout_s,
+          **optional,
+      )
+    elif source == "cluster":
+      jax.distributed.initialize(
+          initialization_timeout=config.initialization_timeout_s, **optional
+      )
+
+    info = RuntimeInfo(
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        local_device_count=jax.local_device_count(),
+        global_device_count=jax.device_count(),
+        source=source,
+    )
+    if (
+        config.local_device_count is not None
+        and info.local_device_count != config.local_device_count
+    ):
+      raise RuntimeError(
+          f"asked for {config.local_device_count} CPU devices per process but"
+          f" JAX started {info.local_device_count}; check that XLA_FLAGS and"
+          " jax_num_cpu_devices are not overridden elsewhere."
+      )
+    logging.info(
+        "tunix_mcjax runtime (%s): process %d of %d, %d local / %d global"
+        " devices",
+        source,
+        info.process_index,
+        info.process_count,
+        info.local_device_count,
+        info.global_device_count,
+    )
+    _INFO, _CONFIG = info, config
+    return info
+
+
+def _optional_distributed_kwargs(config: RuntimeConfig) -> dict[str, Any]:
+  """Keyword arguments that only some jax versions accept."""
+  kwargs = {}
+  if config.heartbeat_timeout_s is not None:
+    params = inspect.signature(jax.distributed.initialize).parameters
+    if "heartbeat_timeout_seconds" not in params:
+      raise ValueError(
+          f"heartbeat_timeout_s is set but jax {jax.__version__}'s"
+          " jax.distributed.initialize has no heartbeat_timeout_seconds;"
+          " leave heartbeat_timeout_s=None."
+      )
+    kwargs["heartbeat_timeout_seconds"] = config.heartbeat_timeout_s
+  return kwargs
+
+
+def _set_cpu_device_count(count: int) -> None:
+  try:
+    jax.config.update("jax_num_cpu_devices", count)
+  except AttributeError:
+    # Older jax has no such option; the XLA flag is read when the CPU backend
+    # starts, which has not happened yet (checked by the caller).
+    flags = [
+        flag
+        for flag in os.environ.get("XLA_FLAGS", "").split()
+        if not flag.startswith("--xla_force_host_platform_device_count=")
+    ]
+    flags.append(f"--xla_force_host_platform_device_count={count}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+# --- Private JAX names -------------------------------------------------------
+# The only places that touch jax._src. A JAX upgrade that moves them should
+# break these two helpers (and tests/test_runtime.py), nothing else.
+
+
+def _detected_cluster() -> str | None:
+  """Names the cluster environment JAX would auto-detect, or None."""
+  if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    return "JAX_COORDINATOR_ADDRESS"
+  try:
+    from jax._src import clusters  # pylint: disable=g-import-not-at-top
+
+    cluster_types = list(clusters.ClusterEnv._cluster_types)  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return None
+  for cluster in cluster_types:
+    # Opt-in detectors (mpi4py) claim any machine that merely has the package.
+    if getattr(cluster, "opt_in_only_method", False):
+      continue
+    try:
+      present = cluster.is_env_present()
+    except Exception:  # pylint: disable=broad-exception-caught
+      # A detector that cannot even probe (e.g. no metadata server) means we
+      # are not on that cluster.
+      present = False
+    if present:
+      return cluster.__name__
+  return None
+
+
+def _backends_initialized() -> bool:
+  try:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+
+    return bool(xla_bridge.backends_are_initialized())
+  except (ImportError, AttributeError):
+    return False
+
+
+# --- Meshes ------------------------------------------------------------------
+
+
+def _check_axis_names(axis_names: Sequence[str]) -> tuple[str, str]:
+  names = tuple(axis_names)
+  if len(names) != 2 or len(set(names)) != 2:
+    raise ValueError(
+        f"axis_names={names!r} must be two distinct names, e.g. ('fsdp', 'tp')."
+    )
+  if HOST_AXIS in names:
+    raise ValueError(
+        f"axis_names={names!r} may not use {HOST_AXIS!r}: host_mesh_view adds"
+        " that axis."
+    )
+  return names
+
+
+def _check_tp(tp: int, devices_per_host: int) -> None:
+  if not _is_int(tp) or tp < 1 or devices_per_host % tp:
+    choices = [
+        d for d in range(1, devices_per_host + 1) if devices_per_host % d == 0
+    ]
+    raise ValueError(
+        f"tp={tp!r} must divide the number of devices per host"
+        f" ({devices_per_host}) so that a tp group never spans two hosts;"
+        f" use one of {choices}."
+    )
+
+
+def host_contiguous_devices() -> list[jax.Device]:
+  """All devices of all hosts, host by host, by id within a host."""
+  return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+
+
+def global_mesh(
+    *, tp: int = 1, axis_names: Sequence[str] = _DEFAULT_AXIS_NAMES
+) -> Mesh:
+  """A (fsdp, tp) mesh over every device of every host.
+
+  Devices run host by host, so host h owns fsdp rows
+  [h * per_host / tp, (h + 1) * per_host / tp).
+
+  Args:
+    tp: Size of the second axis; must divide the devices per host.
+    axis_names: Names of the two axes.
+
+  Returns:
+    A mesh of shape (device_count // tp, tp).
+  """
+  names = _check_axis_names(axis_names)
+  devices = host_contiguous_devices()
+  per_host = collections.Counter(d.process_index for d in devices)
+  if len(set(per_host.values())) != 1:
+    raise ValueError(
+        f"hosts have different device counts {dict(per_host)}; start every"
+        " host with the same number of devices."
+    )
+  _check_tp(tp, next(iter(per_host.values())))
+  grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
+  return Mesh(grid, names)
+
+
+def local_mesh(
+    *, axis_names: Sequence[str] = _DEFAULT_AXIS_NAMES, tp: int = 1
+) -> Mesh:
+  """A (fsdp, tp) mesh over this host's devices only, for host-local work."""
+  names = _check_axis_names(axis_names)
+  devices = sorted(jax.local_devices(), key=lambda d: d.id)
+  _check_tp(tp, len(devices))
+  grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
+  return Mesh(grid, names)
+
+
+def host_mesh_view(mesh: Mesh) -> Mesh:
+  """The same devices as `mesh` with a leading "host" axis.
+
+  For a `global_mesh()` of shape (F, T) the view has shape
+  (hosts, F // hosts, T) and axes ("host", "fsdp", "tp"). Sharding over the
+  host-local axes only (replicated over "host") gives every host a full copy
+  laid out over its own devices, which is what publishing weights to a
+  host-local engine needs.
+
+  Args:
+    mesh: A mesh whose first axis is host-contiguous, e.g. `global_mesh()`.
+
+  Returns:
+    The reshaped mesh.
+  """
+  if HOST_AXIS in mesh.axis_names:
+    raise ValueError(
+        f"mesh already has a {HOST_AXIS!r} axis: {mesh.axis_names}."
+    )
+  devices = np.asarray(mesh.devices)
+  hosts = sorted({d.process_index for d in devices.flat})
+  if devices.shape[0] % len(hosts):
+    raise ValueError(
+        f"mesh axis {mesh.axis_names[0]!r} has size {devices.shape[0]}, not a"
+        f" multiple of the {len(hosts)} hosts; build it with global_mesh()."
+    )
+  view = devices.reshape(
+      len(hosts), devices.shape[0] // len(hosts), *devices.shape[1:]
+  )
+  for host, block in zip(hosts, view):
+    if any(d.process_index != host for d in block.flat):
+      raise ValueError(
+          f"mesh {mesh.axis_names} is not host-contiguous along its first"
+          " axis (a block mixes hosts); build it with global_mesh()."
+      )
+  return Mesh(view, (HOST_AXIS, *mesh.axis_names))
