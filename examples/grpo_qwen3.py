@@ -1,0 +1,149 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+r"""GRPO on a Qwen3-architecture model, stock Tunix or the mcjax backend.
+
+Local simulation (no cluster detected): the script re-runs itself under
+`python -m tunix_mcjax.launch` with --num_hosts processes of
+--devices_per_host fake CPU devices each (the 'tunix' backend gets one process
+with the same total number of devices):
+
+  python examples/grpo_qwen3.py --backend=mcjax --num_hosts=2 \
+      --devices_per_host=4 --metrics_out=runs/demo/metrics.jsonl
+
+On a real cluster (TPU VM pod, SLURM, ...) start one process per host; the
+cluster is detected and --num_hosts/--devices_per_host are ignored.
+"""
+
+from collections.abc import Sequence
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from tunix_mcjax import grpo_job
+
+_BACKEND = flags.DEFINE_enum(
+    "backend", "mcjax", list(grpo_job.BACKENDS), "RL cluster backend."
+)
+_ENGINE = flags.DEFINE_string("engine", "native", "Rollout engine name.")
+_NUM_HOSTS = flags.DEFINE_integer(
+    "num_hosts", 2, "Simulated hosts (local runs only)."
+)
+_DEVICES_PER_HOST = flags.DEFINE_integer(
+    "devices_per_host", 4, "Fake CPU devices per simulated host."
+)
+_STEPS = flags.DEFINE_integer("steps", 60, "GRPO steps (global batches).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed for model, data and sampling.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", 16, "Global prompts per step (all hosts together)."
+)
+_NUM_GENERATIONS = flags.DEFINE_integer(
+    "num_generations", 16, "Samples per prompt (G)."
+)
+_MAX_NEW_TOKENS = flags.DEFINE_integer(
+    "max_new_tokens", 8, "Completion length cap."
+)
+_MAX_PROMPT_LENGTH = flags.DEFINE_integer(
+    "max_prompt_length", 4, "Prompt length (tokens) the sampler pads to."
+)
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 5e-3, "Adam step size.")
+_BETA = flags.DEFINE_float("beta", 0.0, "KL coefficient (0 = no reference).")
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
+_MODEL = flags.DEFINE_string(
+    "model", "tiny", "'tiny' or a local Hugging Face Qwen3 checkpoint dir."
+)
+_DATASET = flags.DEFINE_string(
+    "dataset", "toy", "'toy' or 'gsm8k:PATH' (a GSM8K jsonl file)."
+)
+_METRICS_OUT = flags.DEFINE_string(
+    "metrics_out", None, "JSONL file of per-step metrics (host 0 writes)."
+)
+_DUMP_DIR = flags.DEFINE_string(
+    "dump_dir", None, "Write rollouts, rewards and final parameters here."
+)
+_TIMEOUT = flags.DEFINE_integer(
+    "timeout", 3600, "Local simulation: stop all hosts after this many s."
+)
+
+
+def _config() -> grpo_job.GrpoJobConfig:
+  return grpo_job.GrpoJobConfig(
+      backend=_BACKEND.value,
+      engine=_ENGINE.value,
+      steps=_STEPS.value,
+      seed=_SEED.value,
+      batch_size=_BATCH_SIZE.value,
+      num_generations=_NUM_GENERATIONS.value,
+      max_new_tokens=_MAX_NEW_TOKENS.value,
+      max_prompt_length=_MAX_PROMPT_LENGTH.value,
+      learning_rate=_LEARNING_RATE.value,
+      beta=_BETA.value,
+      temperature=_TEMPERATURE.value,
+      model=_MODEL.value,
+      dataset=_DATASET.value,
+      metrics_out=_METRICS_OUT.value,
+      dump_dir=_DUMP_DIR.value,
+  )
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  cfg = _config()  # Validates before any host starts.
+  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+
+  if not runtime.in_multi_controller_environment():
+    if _NUM_HOSTS.value < 1 or _DEVICES_PER_HOST.value < 1:
+      raise app.UsageError("--num_hosts and --devices_per_host must be >= 1.")
+    hosts = _NUM_HOSTS.value if cfg.backend == "mcjax" else 1
+    devices = _DEVICES_PER_HOST.value * (_NUM_HOSTS.value // hosts)
+    print(
+        f"[grpo] local simulation: backend={cfg.backend}, {hosts} host(s) x"
+        f" {devices} CPU devices",
+        flush=True,
+    )
+    if cfg.metrics_out and os.path.exists(cfg.metrics_out):
+      os.remove(cfg.metrics_out)  # One run per file.
+    sys.exit(
+        launch.launch(
+            [sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
+            num_hosts=hosts,
+            devices_per_host=devices,
+            timeout_s=_TIMEOUT.value,
+        )
+    )
+  summary = grpo_job.run(cfg)
+  records = summary["records"]
+  if records and summary.get("host", 0) == 0 and os.environ.get(
+      launch.ENV_HOST_ID, "0"
+  ) == "0":
+    first, last = records[0], records[-1]
+    print(
+        json.dumps({
+            "backend": cfg.backend,
+            "num_hosts": summary["num_hosts"],
+            "steps": len(records),
+            "reward_first": first["reward_mean"],
+            "reward_last": last["reward_mean"],
+            "wall_s": round(summary["wall_s"], 1),
+        }),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+  app.run(main)

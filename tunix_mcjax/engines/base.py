@@ -1,0 +1,104 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+"""The rollout-engine interface the multi-controller cluster relies on.
+
+Tunix only knows `BaseRollout`. The cluster additionally needs to know where
+an engine runs, which parameter layout it wants, and that it installs
+parameters published in that layout as they are. `Engine` names exactly that
+and nothing more, so that other engines (vLLM, MaxText) can implement it.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import jaxtyping
+import numpy as np
+from tunix.rl.rollout import base_rollout
+
+
+@runtime_checkable
+class RowIdSource(Protocol):
+  """Supplies the identity of every row an engine is asked to generate.
+
+  Sampling noise is keyed on these identities instead of a row's position in
+  a batch, which makes completions independent of how rows are split across
+  hosts, calls and devices.
+  """
+
+  def take(self, num_rows: int) -> np.ndarray:
+    """Returns the identities of the next `num_rows` rows, in order.
+
+    Args:
+      num_rows: how many rows the engine is about to generate.
+
+    Returns:
+      An int64 array of shape (num_rows, 2): (global prompt index, sample
+      index within the prompt's group) per row.
+    """
+    ...
+
+
+class Engine(base_rollout.BaseRollout, abc.ABC):
+  """A Tunix rollout engine that the multi-controller cluster can drive.
+
+  Beyond `BaseRollout`, the cluster needs:
+
+  * `engine_mesh`: the (host-local) mesh the engine runs on. It is
+    deliberately not called `mesh`: Tunix's `RLCluster` replaces its ROLLOUT
+    mesh with `rollout.mesh` when that attribute exists, which would make the
+    ROLLOUT and ACTOR meshes differ and switch on Tunix's async-rollout
+    thread, whose collectives are not ordered across hosts. Engines must not
+    define an attribute named `mesh`.
+  * `param_shardings()`: the layout published parameters must arrive in.
+  * `update_params(params)`: installs parameters that already have that
+    layout, without copies or resharding.
+  """
+
+  @property
+  @abc.abstractmethod
+  def engine_mesh(self) -> jax.sharding.Mesh:
+    """The mesh the engine's model and all its computations live on."""
+
+  @abc.abstractmethod
+  def param_shardings(self) -> Any:
+    """Returns the layout the engine wants published parameters in.
+
+    Returns:
+      A tree with the structure of `nnx.state(model, nnx.Param)` whose leaves
+      are `jax.sharding.NamedSharding`s on `engine_mesh`; usable directly as
+      `out_shardings` of a jitted publication step.
+    """
+
+  @abc.abstractmethod
+  def update_params(
+      self,
+      params: jaxtyping.PyTree,
+      filter_types: tuple[Any, ...] | None = None,
+  ) -> None:
+    """Installs new parameters.
+
+    Args:
+      params: parameters already laid out as `param_shardings()` says (same
+        tree paths, shapes, dtypes and shardings). They are installed as they
+        are; a mismatch raises `ValueError` naming the parameter instead of
+        silently resharding through the host.
+      filter_types: when given, `params` may hold only the subset of the
+        parameters selected by these variable types (e.g. LoRA parameters);
+        the others are kept.
+    """

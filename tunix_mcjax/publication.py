@@ -1,0 +1,187 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Publication: the trainer's FSDP state into every host's local engine.
+
+One cached, jitted identity (with an optional dtype cast) whose outputs live
+on a (host, *local axes) view of the global devices and are replicated over
+"host": XLA lowers it to one all-gather over the interconnect. Each host then
+re-wraps its own output shards as arrays on its local engine mesh with
+`jax.make_array_from_single_device_arrays` (no copy), and hands the whole tree
+to the engine in one call.
+
+`jax.device_put` cannot do this: it cannot move a global array onto a mesh of
+one host's devices in a multi-controller program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import dataclasses
+import time
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import numpy as np
+
+from tunix_mcjax import runtime
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PublicationStats:
+  """What one publication moved and how long it took on this host."""
+
+  num_params: int
+  bytes: int  # Size of one full copy of the published parameters.
+  seconds: float
+
+
+def _flat(tree: PyTree) -> dict[str, Any]:
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+
+
+def host_view_mesh(local_mesh: Mesh) -> Mesh:
+  """All devices as (host, *local_mesh.shape), hosts in process order.
+
+  Every host's block is laid out exactly like its own `local_mesh`, so an
+  output sharded over the local axes lands on each host in the engine's
+  layout.
+  """
+  devices = runtime.host_contiguous_devices()
+  hosts = sorted({d.process_index for d in devices})
+  local_shape = local_mesh.devices.shape
+  view = np.array(devices, dtype=object).reshape(len(hosts), *local_shape)
+  mine = view[hosts.index(jax.process_index())]
+  if [d.id for d in mine.flat] != [d.id for d in local_mesh.devices.flat]:
+    raise ValueError(
+        "The engine mesh must list this host's devices by id (as"
+        " runtime.local_mesh() does); got"
+        f" {[d.id for d in local_mesh.devices.flat]}."
+    )
+  return Mesh(view, (runtime.HOST_AXIS, *local_mesh.axis_names))
+
+
+class Publisher:
+  """Publishes a trainer state into an engine's per-host layout.
+
+  Attributes:
+    last_stats: stats of the latest call, or None before the first.
+  """
+
+  def __init__(
+      self,
+      *,
+      dst: PyTree,
+      local_mesh: Mesh,
+      mapping: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+  ):
+    """Prepares the cached all-gather.
+
+    Args:
+      dst: the engine's parameter tree (arrays or jax.ShapeDtypeStruct with a
+        NamedSharding on `local_mesh`); defines names, shapes, dtypes and the
+        layout to publish into.
+      local_mesh: this host's engine mesh.
+      mapping: optional renaming/restacking of the flat trainer state (keys
+        from jax.tree_util.keystr) into the engine's flat names, applied to
+        abstract values as well, e.g. MaxText's scanned layers.
+    """
+    self._dst_leaves, self._dst_treedef = jax.tree_util.tree_flatten(dst)
+    self._dst_names = list(_flat(dst))
+    self._mapping = mapping
+    self._local_mesh = local_mesh
+    view = host_view_mesh(local_mesh)
+    self._dst_shardings = []
+    self._gather_shardings = []
+    for name, leaf in zip(self._dst_names, self._dst_leaves):
+      sharding = getattr(leaf, "sharding", None)
+      if not isinstance(sharding, NamedSharding) or (
+          sharding.mesh.devices.tolist() != local_mesh.devices.tolist()
+      ):
+        raise ValueError(
+            f"Engine parameter {name} must have a NamedSharding on the"
+            f" engine's local mesh; got {sharding}."
+        )
+      self._dst_shardings.append(sharding)
+      self._gather_shardings.append(NamedSharding(view, sharding.spec))
+    dtypes = [leaf.dtype for leaf in self._dst_leaves]
+    self._gather = jax.jit(
+        lambda xs: [x.astype(dt) for x, dt in zip(xs, dtypes)],
+        out_shardings=self._gather_shardings,
+    )
+    self._bytes = int(
+        sum(np.prod(l.shape) * np.dtype(l.dtype).itemsize
+            for l in self._dst_leaves)
+    )
+    self.last_stats: PublicationStats | None = None
+
+  def _ordered_sources(self, src: PyTree) -> list[jax.Array]:
+    flat = _flat(src)
+    if self._mapping is not None:
+      flat = self._mapping(flat)
+    missing = [n for n in self._dst_names if n not in flat]
+    if missing:
+      raise KeyError(
+          f"Trainer state lacks engine parameter {missing[0]}"
+          f" ({len(missing)} missing in all)."
+      )
+    extra = sorted(set(flat) - set(self._dst_names))
+    if extra:
+      raise KeyError(
+          f"Trainer parameter {extra[0]} has no place in the engine"
+          f" ({len(extra)} unmatched in all); nothing is dropped silently."
+      )
+    out = []
+    for name, leaf in zip(self._dst_names, self._dst_leaves):
+      x = flat[name]
+      if tuple(x.shape) != tuple(leaf.shape):
+        raise ValueError(
+            f"Parameter {name}: trainer shape {tuple(x.shape)} != engine"
+            f" shape {tuple(leaf.shape)}."
+        )
+      out.append(x)
+    return out
+
+  def __call__(self, src: PyTree) -> PyTree:
+    """Returns `src` gathered into the engine's layout on this host."""
+    t0 = time.perf_counter()
+    gathered = self._gather(self._ordered_sources(src))
+    local = [
+        jax.make_array_from_single_device_arrays(
+            x.shape, sharding, [s.data for s in x.addressable_shards]
+        )
+        for x, sharding in zip(gathered, self._dst_shardings)
+    ]
+    jax.block_until_ready(local)
+    self.last_stats = PublicationStats(
+        num_params=len(local),
+        bytes=self._bytes,
+        seconds=time.perf_counter() - t0,
+    )
+    return jax.tree_util.tree_unflatten(self._dst_treedef, local)
+
+
+def replicated_like(tree: PyTree, mesh: Mesh, dtype: Any = None) -> PyTree:
+  """Abstract copy of `tree`, replicated on `mesh` (the native engine layout)."""
+  sharding = NamedSharding(mesh, PartitionSpec())
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(
+          x.shape, dtype or x.dtype, sharding=sharding
+      ),
+      tree,
+  )
