@@ -33,6 +33,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from tunix_mcjax import grpo_job
 
@@ -102,6 +103,9 @@ def _config() -> grpo_job.GrpoJobConfig:
 
 def main(argv: Sequence[str]) -> None:
   del argv
+  if not flags.FLAGS["verbosity"].present:
+    # Tunix logs every rollout string at INFO; keep the console to progress.
+    logging.set_verbosity(logging.WARNING)
   cfg = _config()  # Validates before any host starts.
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
@@ -128,10 +132,14 @@ def main(argv: Sequence[str]) -> None:
     )
   summary = grpo_job.run(cfg)
   records = summary["records"]
-  if records and summary.get("host", 0) == 0 and os.environ.get(
-      launch.ENV_HOST_ID, "0"
-  ) == "0":
+  if records and os.environ.get(launch.ENV_HOST_ID, "0") == "0":
     first, last = records[0], records[-1]
+    print(
+        f"[grpo] mean reward: first step {first['reward_mean']:.3f} -> last"
+        f" step {last['reward_mean']:.3f} ({len(records)} steps,"
+        f" {summary['wall_s']:.1f} s)",
+        flush=True,
+    )
     print(
         json.dumps({
             "backend": cfg.backend,
