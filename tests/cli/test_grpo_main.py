@@ -1,0 +1,487 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tunix's GRPO CLI under both backends: `python -m tunix_mcjax.cli.grpo_main`.
+
+End to end, through the recipe script examples/rl/grpo/gsm8k/run_qwen3.sh
+(Tunix's stock Qwen3 GSM8K recipe, adapted): 2 GRPO steps on CPU with a tiny
+local Qwen3 checkpoint written here and a 24-row slice of the local GSM8K
+train file, as `--backend=tunix` (one process x 4 devices, stock cluster in
+its comparison mode `--placement_invariant_sampling`) and `--backend=mcjax`
+(2 local hosts x 2 devices). The recipe's `base_config.yaml` is a minimal
+config the tests write themselves (base_config_fixture.py), named by
+TUNIX_BASE_CONFIG, since the google-tunix 0.1.7 wheel does not ship Tunix's. Tolerances are those of tests/test_equivalence.py:
+every prompt, completion and reward identical; losses within rtol = atol =
+1e-6; reward means and grad norms within rtol 1e-6.
+
+The data slice is chosen so that Tunix's prompt-length filter drops 10 of the
+24 rows and leaves a final partial batch of 1 prompt (dropped: it cannot be
+split over 2 hosts), so the runs also show that prompts are dealt after
+filtering and that every host runs the same 2 steps.
+
+Also: configs mcjax cannot honour, and a `base_config.yaml` that cannot be
+resolved, fail in the parent process before any host starts; and the pure
+config checks, in process.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import launch_utils
+from cli import base_config_fixture
+from cli import tiny_checkpoint
+
+REPO = launch_utils.REPO_ROOT
+RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / "run_qwen3.sh"
+GSM8K_TRAIN = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
+
+BATCH, GENERATIONS, STEPS, MAX_PROMPT = 4, 4, 2, 500
+NUM_ROWS = 24  # After filtering: 14 rows; the first 16 positions give 4+4+1.
+NUM_HOSTS = 2
+
+
+@pytest.fixture(scope="module")
+def base_config(tmp_path_factory) -> pathlib.Path:
+  """The tests' own minimal base config (see base_config_fixture.py)."""
+  return base_config_fixture.write(
+      tmp_path_factory.mktemp("cli_base_config") / "base_config.yaml")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, base_config):
+  if not GSM8K_TRAIN.is_file():
+    pytest.skip(f"GSM8K not found at {GSM8K_TRAIN}")
+  root = tmp_path_factory.mktemp("cli_inputs")
+  data = root / "gsm8k"
+  data.mkdir()
+  with open(GSM8K_TRAIN) as f:
+    rows = [next(f) for _ in range(NUM_ROWS)]
+  (data / "train.jsonl").write_text("".join(rows))
+  return {
+      "root": root,
+      "model": tiny_checkpoint.write(root / "qwen3_tiny"),
+      "data": data,
+      "base_config": base_config,
+      "questions": [json.loads(r)["question"] for r in rows],
+  }
+
+
+def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
+  """Runs the recipe script with tiny sizes; returns the process result."""
+  out.mkdir()
+  (out / "rows").mkdir()
+  env = launch_utils.launcher_env({
+      # The recipe passes `base_config.yaml`, which resolves to this file.
+      "TUNIX_BASE_CONFIG": str(inputs["base_config"]),
+      "BACKEND": backend,
+      "PYTHON": sys.executable,
+      "model_name": "qwen3-tiny",
+      "model_dir": str(inputs["model"]),
+      "data_dir": str(inputs["data"]),
+      "mesh_shape": "(4,1)",
+      "use_flash_attention": "false",  # A TPU kernel.
+      "batch_size": str(BATCH),
+      "train_micro_batch_size": str(BATCH),
+      "total_generation_steps": "8",
+      "max_prompt_length": str(MAX_PROMPT),
+      "train_fraction": "1.0",
+      # Checkpoints under this run's tmp directory, never a relative path.
+      "checkpoint_dir": str(out / "checkpoints"),
+      "HF_DATASETS_CACHE": str(out / "hf_datasets"),
+      "HF_HUB_OFFLINE": "1",
+      "CLI_TEST_RECORD_DIR": str(out / "rows"),
+      "JAX_PLATFORMS": "cpu",
+      # The tunix backend is one process: it needs the mesh's 4 devices.
+      "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+  })
+  args = [
+      # 4 batches' worth of raw rows; the filter leaves 4 + 4 + 1 prompts.
+      "num_batches=4",
+      f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}",
+      # A learning rate that moves the tiny model, so that step 2's samples
+      # depend on step 1's update reaching the sampler.
+      "rl_training_config.actor_optimizer_config.peak_value=0.05",
+      "rl_training_config.actor_optimizer_config.init_value=0.05",
+      f"reward_functions=['tunix.cli.reward_fn.gsm8k', '{REWARDS}']",
+      f"--metrics_out={out / 'metrics.jsonl'}",
+      *extra,
+  ]
+  work = out / "cwd"  # Anything written to a relative path lands here.
+  work.mkdir()
+  t0 = time.monotonic()
+  proc = subprocess.run(
+      ["bash", str(RECIPE), *args], env=env, cwd=work, capture_output=True,
+      text=True, timeout=600,
+  )
+  proc.wall_s = time.monotonic() - t0
+  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+  return proc
+
+
+@pytest.fixture(scope="module")
+def runs(inputs, tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("cli_runs")
+  return {
+      "tunix": (tmp / "tunix", _recipe(
+          inputs, tmp / "tunix", "tunix", "--placement_invariant_sampling")),
+      "mcjax": (tmp / "mcjax", _recipe(
+          inputs, tmp / "mcjax", "mcjax", f"--num_hosts={NUM_HOSTS}",
+          "--timeout=500")),
+  }
+
+
+def _records(out: pathlib.Path) -> list[dict]:
+  lines = (out / "metrics.jsonl").read_text().splitlines()
+  return [json.loads(l) for l in lines]
+
+
+def _rows(out: pathlib.Path) -> list[dict]:
+  """Per step, all rows in global order (hosts hold contiguous blocks)."""
+  hosts = sorted((out / "rows").glob("rows_host*.jsonl"))
+  per_host = [
+      [json.loads(l) for l in h.read_text().splitlines()] for h in hosts
+  ]
+  return [
+      {k: sum((h[step][k] for h in per_host), []) for k in per_host[0][0]}
+      for step in range(len(per_host[0]))
+  ]
+
+
+def test_both_backends_run_two_steps(runs):
+  tunix_out, tunix_proc = runs["tunix"]
+  mcjax_out, mcjax_proc = runs["mcjax"]
+  assert [r["step"] for r in _records(tunix_out)] == [1, 2]
+  assert [r["step"] for r in _records(mcjax_out)] == [1, 2]
+  assert {r["backend"] for r in _records(mcjax_out)} == {"mcjax"}
+  assert {r["num_hosts"] for r in _records(mcjax_out)} == {NUM_HOSTS}
+  # The devices per host come from the recipe's mesh: (4,1) over 2 hosts.
+  assert "2 host(s) x 2 CPU devices" in mcjax_proc.stdout
+  assert "[launch]" not in tunix_proc.stdout + tunix_proc.stderr
+  # Checkpoints went to the run's tmp directory, and nothing was written
+  # relative to the working directory (e.g. Tunix's `actor/` checkpoints when
+  # checkpoint_root_directory is "").
+  for out in (tunix_out, mcjax_out):
+    assert (out / "checkpoints" / "actor").is_dir()
+    assert not list((out / "cwd").iterdir())
+  print(f"wall: tunix {tunix_proc.wall_s:.0f} s,"
+        f" mcjax {mcjax_proc.wall_s:.0f} s")
+
+
+def test_same_rows_rewards_and_losses(runs):
+  ref, got = _rows(runs["tunix"][0]), _rows(runs["mcjax"][0])
+  assert len(ref) == len(got) == STEPS
+  for step, (a, b) in enumerate(zip(ref, got)):
+    assert a["prompts"] == b["prompts"], step
+    assert a["completions"] == b["completions"], step
+    assert a["rewards"] == b["rewards"], step
+  # Not vacuous: samples and rewards differ within a group.
+  assert len(set(ref[0]["completions"][:GENERATIONS])) > 1
+  assert len(set(ref[0]["rewards"][:GENERATIONS])) > 1
+
+  a, b = _records(runs["tunix"][0]), _records(runs["mcjax"][0])
+  np.testing.assert_allclose([r["loss"] for r in b], [r["loss"] for r in a],
+                             rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose([r["reward_mean"] for r in b],
+                             [r["reward_mean"] for r in a], rtol=1e-6)
+  np.testing.assert_allclose([r["grad_norm"] for r in b],
+                             [r["grad_norm"] for r in a], rtol=1e-6)
+  # Not vacuous either: step 1's update moved the policy (step 2's loss is
+  # far from 0, and its samples, equal above, came from the updated weights).
+  assert min(r["grad_norm"] for r in a) > 0
+  assert abs(a[1]["loss"]) > 1e-3
+
+
+def test_prompts_are_dealt_after_tunix_filtering(runs, inputs):
+  out, proc = runs["mcjax"]
+  hosts = sorted((out / "rows").glob("rows_host*.jsonl"))
+  assert len(hosts) == NUM_HOSTS
+  for h in hosts:
+    steps = [json.loads(l) for l in h.read_text().splitlines()]
+    assert len(steps) == STEPS  # Every host ran the same steps ...
+    for s in steps:  # ... with global batch / hosts prompts each.
+      assert len(set(s["prompts"])) == BATCH // NUM_HOSTS
+      assert len(s["prompts"]) == BATCH // NUM_HOSTS * GENERATIONS
+  # Every prompt seen passed Tunix's length filter, which had rows to drop.
+  seen = {p for step in _rows(out) for p in step["prompts"]}
+  assert len(seen) == STEPS * BATCH
+  some = next(iter(seen))
+  question = next(q for q in inputs["questions"] if q in some)
+  overhead = _num_tokens(some) - len(question)  # Char-level tokenizer.
+  assert all(_num_tokens(p) <= MAX_PROMPT for p in seen)
+  too_long = [q for q in inputs["questions"]
+              if overhead + len(q) > MAX_PROMPT]
+  assert len(too_long) >= NUM_ROWS // 4
+  assert not any(q in p for q in too_long for p in seen)
+  # The last batch held 1 prompt: both hosts dropped it rather than diverge.
+  lines = (proc.stdout + proc.stderr).splitlines()
+  for host in range(NUM_HOSTS):
+    assert any(l.startswith(f"[host {host}]") and
+               "Dropping a final partial batch of 1" in l for l in lines)
+
+
+def _num_tokens(text: str) -> int:
+  specials = [tiny_checkpoint.IM_START, tiny_checkpoint.IM_END]
+  n = len(text)
+  for s in specials:
+    n -= text.count(s) * (len(s) - 1)
+  return n
+
+
+# --- configs mcjax cannot honour ----------------------------------------------
+
+
+def _cli(*args: str, base_config: pathlib.Path | None,
+         timeout: float = 120) -> subprocess.CompletedProcess:
+  """Runs the CLI; `base_config` is TUNIX_BASE_CONFIG (None: unset)."""
+  env = launch_utils.launcher_env({"JAX_PLATFORMS": "cpu"})
+  env.pop("TUNIX_BASE_CONFIG", None)
+  if base_config is not None:
+    env["TUNIX_BASE_CONFIG"] = str(base_config)
+  return subprocess.run(
+      [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", *args],
+      env=env, capture_output=True, text=True, timeout=timeout,
+  )
+
+
+# The stock recipe's model, LoRA and mesh lines (Tunix 0.1.7's run_qwen3.sh),
+# without its `*.same_mesh_as=actor` lines: every role then has its own mesh
+# (in the tests' base config as in Tunix's), which Tunix places on disjoint
+# devices (disaggregated).
+STOCK_DISAGGREGATED = [
+    "base_config.yaml",
+    "model_config.model_name=qwen3-1.7b-base",
+    "model_config.model_id=Qwen/qwen3-1.7b-base",
+    "model_config.model_source=huggingface",
+    "model_config.mesh.shape=(2,4)",
+    "model_config.mesh.axis_names=('fsdp','tp')",
+    "actor_model_config.lora_config.rank=64",
+    "actor_model_config.lora_config.alpha=64.0",
+    "actor_model_config.lora_config.module_path=.*q_proj|.*v_proj",
+    "actor_model_config.mesh.shape=(2,4)",
+    "actor_model_config.mesh.axis_names=('fsdp','tp')",
+    "tokenizer_config.tokenizer_path=/models/qwen3-1.7b-base",
+    "tokenizer_config.tokenizer_type=huggingface",
+]
+
+
+def test_mcjax_rejects_disaggregated_stock_config_before_hosts_start(
+    base_config):
+  t0 = time.monotonic()
+  proc = _cli(*STOCK_DISAGGREGATED, "--backend=mcjax", "--num_hosts=2",
+              base_config=base_config)
+  elapsed = time.monotonic() - t0
+  assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+  err = proc.stderr
+  assert "cannot run with --backend=mcjax" in err
+  for role in ("reference", "rollout"):
+    assert f"{role}_model_config.mesh gives the {role} role its own" in err
+    assert f"{role}_model_config.same_mesh_as=actor" in err
+  assert "LoRA" in err
+  # Nothing was launched.
+  assert "[launch]" not in proc.stdout + err
+  assert "[host" not in proc.stdout + err
+  assert elapsed < 90
+
+
+def test_unknown_backend_fails_before_start(base_config):
+  proc = _cli("base_config.yaml", "--backend=pathways",
+              base_config=base_config)
+  assert proc.returncode != 0
+  assert "--backend" in proc.stderr and "tunix|mcjax" in proc.stderr
+  assert "[launch]" not in proc.stdout + proc.stderr
+
+
+def test_unresolvable_base_config_fails_before_start():
+  """No shipped base_config.yaml and no TUNIX_BASE_CONFIG: a clear error."""
+  from tunix.cli import config  # pylint: disable=g-import-not-at-top
+
+  if (pathlib.Path(config.__file__).parent / "base_config.yaml").is_file():
+    pytest.skip("the installed Tunix ships base_config.yaml")
+  proc = _cli(*STOCK_DISAGGREGATED, "--backend=mcjax", "--num_hosts=2",
+              base_config=None)
+  assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+  err = proc.stderr
+  assert "grpo_main: error: cannot resolve the base config" in err
+  assert "does not ship tunix/cli/base_config.yaml" in err
+  assert "TUNIX_BASE_CONFIG is unset" in err
+  assert "git clone --branch v0.1.7 https://github.com/google/tunix" in err
+  assert "Traceback" not in err
+  assert "[launch]" not in proc.stdout + err
+  assert "[host" not in proc.stdout + err
+
+
+# --- in-process checks --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli():
+  from tunix_mcjax.cli import grpo_main  # pylint: disable=g-import-not-at-top
+
+  return grpo_main
+
+
+COLOCATED = [
+    "model_config.model_name=qwen3-0.6b",
+    "model_config.model_id=/models/qwen3-0.6b",
+    "model_config.mesh.shape=(4,1)",
+    "reference_model_config.mesh=null",
+    "reference_model_config.same_mesh_as=actor",
+    "rollout_model_config.mesh=null",
+    "rollout_model_config.same_mesh_as=actor",
+    "tokenizer_config.tokenizer_path=/models/qwen3-0.6b",
+    "batch_size=8",
+]
+
+
+@pytest.fixture
+def pipeline(cli, base_config):
+  """Parses the tests' base config with COLOCATED and `overrides`."""
+
+  def make(*overrides: str):
+    argv = ["grpo_main", str(base_config), *COLOCATED, *overrides]
+    return cli.GrpoCliPipeline(argv, options=cli.CliOptions(backend="mcjax"))
+
+  return make
+
+
+def test_seams_in_installed_tunix(cli):
+  cli.check_tunix_seams()
+
+
+@pytest.fixture
+def tunix_without_base_config(cli, tmp_path, monkeypatch):
+  """Makes the installed Tunix look like the 0.1.7 wheel: no base config."""
+  bare = tmp_path / "tunix_cli"
+  bare.mkdir()
+  monkeypatch.setattr(cli.tunix_config, "__file__", str(bare / "config.py"))
+
+
+@pytest.mark.usefixtures("tunix_without_base_config")
+def test_base_config_honours_tunix_base_config(cli, tmp_path):
+  mine = tmp_path / "mine.yaml"
+  mine.write_text("{}")
+  env = {"TUNIX_BASE_CONFIG": str(mine)}
+  argv = cli.resolve_base_config(["prog", "base_config.yaml", "a=1"], env)
+  assert argv == ["prog", str(mine), "a=1"]
+  # Any other first argument is left alone, with or without the variable.
+  for environ in (env, {}):
+    argv = ["prog", "/x/my.yaml", "a=1"]
+    assert cli.resolve_base_config(argv, environ) == argv
+  assert cli.resolve_base_config(["prog"], {}) == ["prog"]
+  # The default environment is os.environ.
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("TUNIX_BASE_CONFIG", str(mine))
+    assert cli.resolve_base_config(["p", "base_config.yaml"])[1] == str(mine)
+
+
+@pytest.mark.usefixtures("tunix_without_base_config")
+def test_unresolvable_base_config_is_a_config_error(cli, tmp_path):
+  with pytest.raises(cli.ConfigError) as e:
+    cli.resolve_base_config(["prog", "base_config.yaml"], {})
+  message = str(e.value)
+  assert "does not ship tunix/cli/base_config.yaml" in message
+  assert "TUNIX_BASE_CONFIG is unset" in message
+  assert "git clone --branch v0.1.7 https://github.com/google/tunix" in message
+  assert "or at a config of your own" in message
+  missing = tmp_path / "nope.yaml"
+  with pytest.raises(cli.ConfigError, match="is not a file"):
+    cli.resolve_base_config(["prog", "base_config.yaml"],
+                            {"TUNIX_BASE_CONFIG": str(missing)})
+
+
+def test_base_config_shipped_by_tunix_wins(cli, tmp_path, monkeypatch):
+  # An installed Tunix that ships the file: Tunix resolves the name itself.
+  (tmp_path / "base_config.yaml").write_text("{}")
+  monkeypatch.setattr(cli.tunix_config, "__file__",
+                      str(tmp_path / "config.py"))
+  argv = ["prog", "base_config.yaml", "a=1"]
+  assert cli.resolve_base_config(argv, {}) == argv
+  assert cli.resolve_base_config(
+      argv, {"TUNIX_BASE_CONFIG": str(tmp_path / "other.yaml")}) == argv
+
+
+def test_colocated_config_passes_and_derives_devices(cli, pipeline):
+  assert cli.check_mcjax_config(pipeline(), num_hosts=2) == 2
+  assert cli.check_mcjax_config(pipeline(), num_hosts=4) == 1
+  assert cli.check_mcjax_config(
+      pipeline(), num_hosts=2, devices_per_host=2) == 2
+
+
+@pytest.mark.parametrize("overrides, num_hosts, devices, message", [
+    (["rollout_engine=sglang_jax"], 2, None, "rollout_engine='sglang_jax'"),
+    (["batch_size=6"], 4, None, "batch_size=6 is global and must divide"),
+    (["rl_training_config.mini_batch_size=3",
+      "rl_training_config.actor_optimizer_config.opt_type=adamw"], 2, None,
+     "rl_training_config.mini_batch_size=3"),
+    ([], 2, 4, "has 4 devices but the job has 2 hosts x 4 devices"),
+    (["actor_model_config.mesh.shape=(1,4)"], 4, None, "tp=4 must divide"),
+    (["offload_to_cpu=true"], 2, None, "offload_to_cpu"),
+    (["actor_model_config.lora_config.rank=8"], 2, None, "LoRA"),
+])
+def test_configs_mcjax_cannot_honour(cli, pipeline, overrides, num_hosts,
+                                     devices, message):
+  with pytest.raises(cli.ConfigError, match="cannot run with") as e:
+    cli.check_mcjax_config(pipeline(*overrides), num_hosts=num_hosts,
+                           devices_per_host=devices)
+  assert message in str(e.value)
+
+
+def test_agentic_mode_is_rejected(cli, pipeline):
+  # Not a key of the tests' base config: agentic recipes bring their own.
+  parsed = pipeline()
+  parsed.config["training_mode"] = "agentic_grpo"
+  with pytest.raises(cli.ConfigError, match="agentic GRPO is not supported"):
+    cli.check_mcjax_config(parsed, num_hosts=2)
+
+
+def test_options_validation(cli):
+  with pytest.raises(cli.ConfigError, match="tunix,|one of"):
+    cli.CliOptions(backend="pathways")
+  with pytest.raises(cli.ConfigError, match="--backend=tunix only"):
+    cli.CliOptions(backend="mcjax", placement_invariant_sampling=True)
+
+
+def test_full_batches_drop_only_a_short_tail(cli):
+  batches = [{"prompts": ["a"] * 4}, {"prompts": ["b"] * 4},
+             {"prompts": ["c"]}]
+  assert [b["prompts"][0] for b in cli.full_batches(batches, 4)] == ["a", "b"]
+
+
+def test_local_checkpoint_dir(cli, tmp_path):
+  hf = {"model_source": "huggingface"}
+  assert cli.local_checkpoint_dir({**hf, "model_id": "Qwen/Qwen3-0.6B"}) is None
+  assert cli.local_checkpoint_dir(
+      {"model_source": "gcs", "model_id": str(tmp_path)}) is None
+  with pytest.raises(cli.ConfigError, match="without config.json"):
+    cli.local_checkpoint_dir({**hf, "model_id": str(tmp_path)})
+  (tmp_path / "config.json").write_text("{}")
+  assert cli.local_checkpoint_dir({**hf, "model_id": str(tmp_path)}) == str(
+      tmp_path)
+
+
+def test_readme_carries_the_recipe_and_the_one_line_diff():
+  readme = (REPO / "README.md").read_text()
+  section = readme[readme.index("## Tunix GRPO CLI recipes"):]
+  assert "-python3 -m tunix.cli.grpo_main \\\n" in section
+  assert "+python3 -m tunix_mcjax.cli.grpo_main --backend=mcjax \\\n" in section
+  block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+  assert block == RECIPE.read_text()

@@ -1,0 +1,19 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Command-line entry points that mirror Tunix's own CLIs.
+
+`python -m tunix_mcjax.cli.grpo_main` takes the arguments of Tunix's
+`python -m tunix.cli.grpo_main` plus `--backend={tunix,mcjax}`.
+"""
