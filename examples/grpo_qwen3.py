@@ -24,6 +24,11 @@ with the same total number of devices):
 
 On a real cluster (TPU VM pod, SLURM, ...) start one process per host; the
 cluster is detected and --num_hosts/--devices_per_host are ignored.
+
+Host-side optimizations of the mcjax backend (LoCoJAX O1-O4): --profile=base
+turns all four off, --profile=optimized turns all on; each switch
+(--async_metrics, --freeze_gc, --balance_admission, --publish_in_one_call,
+or their --no... forms) overrides the profile.
 """
 
 from collections.abc import Sequence
@@ -76,6 +81,36 @@ _METRICS_OUT = flags.DEFINE_string(
 _DUMP_DIR = flags.DEFINE_string(
     "dump_dir", None, "Write rollouts, rewards and final parameters here."
 )
+_PASSES = flags.DEFINE_integer(
+    "passes", 1, "Run the same --steps batches this many times in a row."
+)
+_PROFILE = flags.DEFINE_enum(
+    "profile", None, ["base", "optimized"],
+    "mcjax host-side optimizations: base = O1-O4 off, optimized = all on;"
+    " unset = the backend's defaults (only one-call publication on).",
+)
+_ASYNC_METRICS = flags.DEFINE_boolean(
+    "async_metrics", None,
+    "O1: export metrics on a background thread, off the step's barrier.",
+)
+_FREEZE_GC = flags.DEFINE_boolean(
+    "freeze_gc", None,
+    "O2: gc.freeze() after warm-up; no full gc.collect() per step.",
+)
+_BALANCE_ADMISSION = flags.DEFINE_boolean(
+    "balance_admission", None,
+    "O3: deal prompts to hosts balanced by prompt length.",
+)
+_PUBLISH_IN_ONE_CALL = flags.DEFINE_boolean(
+    "publish_in_one_call", None,
+    "O4: publish all weights in one call (else one call per parameter).",
+)
+_TRACE_STEPS = flags.DEFINE_list(
+    "trace_steps", [], "Steps (1-based) to record a JAX profiler trace of."
+)
+_TRACE_DIR = flags.DEFINE_string(
+    "trace_dir", None, "Where profiler traces go (one folder per host)."
+)
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."
 )
@@ -98,6 +133,14 @@ def _config() -> grpo_job.GrpoJobConfig:
       dataset=_DATASET.value,
       metrics_out=_METRICS_OUT.value,
       dump_dir=_DUMP_DIR.value,
+      passes=_PASSES.value,
+      profile=_PROFILE.value,
+      async_metrics=_ASYNC_METRICS.value,
+      freeze_gc=_FREEZE_GC.value,
+      balance_admission=_BALANCE_ADMISSION.value,
+      publish_in_one_call=_PUBLISH_IN_ONE_CALL.value,
+      trace_steps=tuple(int(k) for k in _TRACE_STEPS.value),
+      trace_dir=_TRACE_DIR.value,
   )
 
 

@@ -24,6 +24,15 @@ and H hosts, chunk round k gives host h the global prompts
 [k*H*c + h*c, k*H*c + (h+1)*c). With c equal to the per-host training
 micro-batch, global micro-batch k is exactly the single-controller one.
 
+With `balance_by_length` (optimization O3), each global batch is instead
+dealt by prompt length: prompts sorted by (token count descending, position)
+go to hosts in snake order (0..H-1, H-1..0, ...), so every host gets the same
+number of prompts and similar prompt work; each host keeps its prompts in
+dataset order. Every host computes the same assignment from the same global
+batch, so no communication is needed. The global train batch is then a
+permutation of the unbalanced one (GRPO's loss over a batch does not depend
+on row order, up to float summation order).
+
 Admission also records each admitted row's identity (global prompt index in
 the prompt stream, sample index in its group) in a `RowIdTracker`; the rollout
 engine takes those identities in the same order to derive per-row sampling
@@ -33,8 +42,9 @@ keys, which makes sampling independent of placement.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import dataclasses
+import hashlib
 import threading
 import time
 from typing import Any
@@ -51,13 +61,22 @@ class AdmissionConfig:
     host_index: this host, in [0, H).
     num_generations: samples per prompt (G in GRPO); >= 2.
     chunk_size: prompts given to one host per dealing round; None deals one
-      contiguous block of P/H prompts per host.
+      contiguous block of P/H prompts per host. With `balance_by_length` it
+      only has to divide the host's share.
+    balance_by_length: O3: deal prompts by length (see the module doc)
+      instead of in dataset order.
+    update_size: prompts per host per optimizer update (the learner's
+      per-host mini-batch), if smaller than a host's share of the batch.
+      Balanced dealing refuses it: it would change which prompts share an
+      update, i.e. the algorithm.
   """
 
   num_hosts: int
   host_index: int
   num_generations: int
   chunk_size: int | None = None
+  balance_by_length: bool = False
+  update_size: int | None = None
 
   def __post_init__(self):
     if self.num_hosts < 1:
@@ -73,9 +92,23 @@ class AdmissionConfig:
       )
     if self.chunk_size is not None and self.chunk_size < 1:
       raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}.")
+    if self.update_size is not None and self.update_size < 1:
+      raise ValueError(f"update_size must be >= 1, got {self.update_size}.")
 
-  def host_prompt_indices(self, global_batch_size: int) -> np.ndarray:
-    """Positions (within a global batch) of the prompts this host admits."""
+  def host_prompt_indices(
+      self, global_batch_size: int, lengths: Sequence[int] | None = None
+  ) -> np.ndarray:
+    """Positions (within a global batch) of the prompts this host admits.
+
+    Args:
+      global_batch_size: prompts in the global batch.
+      lengths: prompt lengths of the whole global batch; required with
+        `balance_by_length`, ignored otherwise.
+
+    Returns:
+      Increasing positions in balanced mode; in chunked dealing order
+      otherwise.
+    """
     h, n = self.host_index, self.num_hosts
     if global_batch_size % n:
       raise ValueError(
@@ -90,11 +123,80 @@ class AdmissionConfig:
           f" multiple of the chunk size {c} (the per-host micro-batch); make"
           f" the global batch a multiple of num_hosts * {c}."
       )
+    if self.balance_by_length:
+      if self.update_size is not None and self.update_size < per_host:
+        raise ValueError(
+            f"balance_by_length with {self.update_size} prompts per host per"
+            f" optimizer update (< the host's {per_host} per batch) would"
+            " change which prompts share an update; use one update per batch"
+            " or turn balancing off."
+        )
+      if lengths is None or len(lengths) != global_batch_size:
+        raise ValueError(
+            "balance_by_length needs the lengths of all"
+            f" {global_batch_size} prompts of the global batch."
+        )
+      return balanced_assignment(lengths, n)[h]
     rounds = per_host // c
     return np.concatenate(
         [np.arange(k * n * c + h * c, k * n * c + (h + 1) * c) for k in
          range(rounds)]
     )
+
+
+def balanced_assignment(
+    lengths: Sequence[int], num_hosts: int
+) -> list[np.ndarray]:
+  """Deals prompts to hosts by length, in snake order (O3).
+
+  Prompts are ranked by length, longest first (ties: earlier position
+  first); rank r goes to host r mod H in even rounds and H-1 - (r mod H) in
+  odd rounds. Every host gets len(lengths) / H prompts; a host's largest
+  possible excess over another is one prompt's length per pair of rounds.
+
+  Args:
+    lengths: length of each prompt of the global batch (e.g. token counts).
+    num_hosts: H; must divide len(lengths).
+
+  Returns:
+    For each host, the increasing positions of its prompts.
+  """
+  lengths = np.asarray(lengths, dtype=np.int64)
+  total = lengths.shape[0]
+  if num_hosts < 1 or total % num_hosts:
+    raise ValueError(
+        f"{total} prompts do not divide over {num_hosts} hosts."
+    )
+  # lexsort: last key is primary; positions break ties deterministically.
+  order = np.lexsort((np.arange(total), -lengths))
+  rank = np.empty(total, dtype=np.int64)
+  rank[order] = np.arange(total)
+  rnd, col = np.divmod(rank, num_hosts)
+  host_of = np.where(rnd % 2 == 0, col, num_hosts - 1 - col)
+  return [np.flatnonzero(host_of == h) for h in range(num_hosts)]
+
+
+def prompts_digest(prompts: Sequence[Any]) -> str:
+  """A short fingerprint of a global batch's prompts, in order."""
+  h = hashlib.sha1()
+  for p in prompts:
+    h.update(str(p).encode("utf-8", "surrogatepass"))
+    h.update(b"\0")
+  return h.hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchStats:
+  """What admission saw of one global batch, for the step's metrics.
+
+  Attributes:
+    digest: `prompts_digest` of the global batch (equal-work checks).
+    prompt_tokens: total length of this host's admitted prompts (-1 when no
+      length function was given).
+  """
+
+  digest: str
+  prompt_tokens: int
 
 
 class RowIdTracker:
@@ -169,11 +271,15 @@ class ShardedDataset(Iterable[dict[str, Any]]):
       global_batches: Iterable[Mapping[str, Any]],
       config: AdmissionConfig,
       tracker: RowIdTracker | None,
+      length_fn: Callable[[Sequence[str]], Sequence[int]] | None = None,
   ):
     self._batches = global_batches
     self._config = config
     self._tracker = tracker
+    self._length_fn = length_fn
     self.admission_seconds = 0.0  # Cumulative; read by the cluster's metrics.
+    # One entry per yielded batch, consumed by the cluster at each step end.
+    self.batch_stats: collections.deque[BatchStats] = collections.deque()
     # Prompt indices keep counting across epochs, so a prompt seen again
     # draws fresh sampling noise.
     self._stream_offset = 0
@@ -192,31 +298,73 @@ class ShardedDataset(Iterable[dict[str, Any]]):
             f"Global batch of {n} prompts after batches of {global_batch_size}:"
             " every batch must have the same size (drop the remainder)."
         )
-      idx = self._config.host_prompt_indices(n)
+      prompts = batch["prompts"]
+      if self._config.balance_by_length:
+        # Every host measures the whole batch (the assignment must agree).
+        lengths = self._lengths(prompts)
+        idx = self._config.host_prompt_indices(n, lengths)
+        tokens = int(np.sum(np.asarray(lengths)[idx]))
+      else:
+        idx = self._config.host_prompt_indices(n)
+        tokens = (
+            int(np.sum(self._lengths(_take(prompts, idx))))
+            if self._length_fn is not None
+            else -1
+        )
       local = {k: _take(v, idx) for k, v in batch.items()}
       if self._tracker is not None:
         self._tracker.push_prompts(
             self._stream_offset + idx, self._config.num_generations
         )
       self._stream_offset += n
+      self.batch_stats.append(
+          BatchStats(digest=prompts_digest(prompts), prompt_tokens=tokens)
+      )
       self.admission_seconds += time.perf_counter() - t0
       yield local
+
+  def _lengths(self, prompts: Sequence[Any]) -> list[int]:
+    if self._length_fn is None:
+      return [len(str(p)) for p in prompts]
+    return [int(x) for x in self._length_fn(list(prompts))]
 
 
 class Admission:
   """Per-host admission of prompts plus the row identities for the engine."""
 
   def __init__(
-      self, config: AdmissionConfig, row_ids: RowIdTracker | None = None
+      self,
+      config: AdmissionConfig,
+      row_ids: RowIdTracker | None = None,
+      length_fn: Callable[[Sequence[str]], Sequence[int]] | None = None,
   ):
+    """Initializes admission.
+
+    Args:
+      config: how batches are split.
+      row_ids: where admitted rows' identities go (default: a new tracker).
+      length_fn: prompt lengths (e.g. token counts) for balancing and the
+        per-host prompt-token metric; admission time includes it. Default:
+        character counts for balancing, no metric.
+    """
     self.config = config
     self.row_ids = row_ids if row_ids is not None else RowIdTracker()
+    self._length_fn = length_fn
     self._datasets: list[ShardedDataset] = []
 
   def shard(self, global_batches: Iterable[Mapping[str, Any]]) -> ShardedDataset:
-    ds = ShardedDataset(global_batches, self.config, self.row_ids)
+    ds = ShardedDataset(
+        global_batches, self.config, self.row_ids, self._length_fn
+    )
     self._datasets.append(ds)
     return ds
 
   def admission_seconds(self) -> float:
     return sum(d.admission_seconds for d in self._datasets)
+
+  def pop_batch_stats(self) -> BatchStats | None:
+    """The oldest unreported batch's stats (the learner's current step)."""
+    for d in self._datasets:
+      if d.batch_stats:
+        return d.batch_stats.popleft()
+    return None

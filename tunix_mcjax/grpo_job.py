@@ -59,12 +59,31 @@ class GrpoJobConfig:
   dtype: str = "float32"
   metrics_out: str | None = None
   dump_dir: str | None = None
+  # The same `steps` batches are run this many times in a row (the
+  # benchmark's two-pass protocol scores the second pass).
+  passes: int = 1
+  # mcjax host-side optimizations: a profile ("base", "optimized"; None: the
+  # backend's defaults) and per-switch overrides (None: the profile's).
+  profile: str | None = None
+  async_metrics: bool | None = None
+  freeze_gc: bool | None = None
+  balance_admission: bool | None = None
+  publish_in_one_call: bool | None = None
+  # JAX profiler traces of these steps (1-based, counted over all passes).
+  trace_steps: tuple[int, ...] = ()
+  trace_dir: str | None = None
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
       raise ValueError(
           f"backend must be one of {BACKENDS}, got {self.backend!r}."
       )
+    if self.passes < 1:
+      raise ValueError(f"passes must be >= 1, got {self.passes}.")
+    # Validates the profile name and the switches.
+    self.optimizations()
+    if self.trace_steps and not self.trace_dir:
+      raise ValueError("trace_steps needs trace_dir.")
     for name in ("steps", "batch_size", "max_new_tokens", "max_prompt_length"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
@@ -77,6 +96,18 @@ class GrpoJobConfig:
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype}.")
 
+  def optimizations(self) -> Any:
+    """The mcjax `HostOptimizations` this job asks for."""
+    from tunix_mcjax import host_optimizations  # pylint: disable=g-import-not-at-top
+
+    return host_optimizations.from_profile(
+        self.profile,
+        async_metrics=self.async_metrics,
+        freeze_gc=self.freeze_gc,
+        balance_admission=self.balance_admission,
+        publish_in_one_call=self.publish_in_one_call,
+    )
+
 
 def _build_models(cfg: GrpoJobConfig, mesh):
   """Actor, reference (or None) and tokenizer, sharded on `mesh`."""
@@ -85,7 +116,14 @@ def _build_models(cfg: GrpoJobConfig, mesh):
 
   dtype = jnp.dtype(cfg.dtype)
   if cfg.model == "tiny":
-    model_cfg = models.tiny_qwen3_config()
+    from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top,unused-import
+    from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
+
+    # An engine may need a different tiny shape (vLLM's CPU attention has no
+    # head_dim 16 kernel); it says so in `tiny_model_overrides`.
+    model_cfg = models.tiny_qwen3_config(
+        **getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {})
+    )
     make = lambda: models.create_tiny_model(model_cfg, seed=cfg.seed, mesh=mesh)
     tokenizer = models.ToyTokenizer()
   else:
@@ -133,6 +171,8 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.steps,
       seed=cfg.seed,
   )
+  batches = list(batches) * cfg.passes
+  total_steps = cfg.steps * cfg.passes
   recorder = _Recorder(reward_fns) if cfg.dump_dir else None
   if recorder is not None:
     reward_fns = recorder.reward_fns
@@ -149,7 +189,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   training_config = compat.RLTrainingConfig(
       actor_optimizer=optax.adam(cfg.learning_rate),
       eval_every_n_steps=10**9,
-      max_steps=cfg.steps,
+      max_steps=total_steps,
   )
   roles = {compat.Role.ACTOR: mesh, compat.Role.ROLLOUT: mesh,
            compat.Role.REFERENCE: mesh}
@@ -166,15 +206,27 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         options=cluster_lib.McJaxOptions(
             engine=cfg.engine, sampling_seed=cfg.seed,
             metrics_out=cfg.metrics_out,
+            optimizations=cfg.optimizations(),
+            trace_steps=tuple(cfg.trace_steps),
+            trace_dir=cfg.trace_dir,
         ),
         **common,
     )
     train_ds = cluster.shard_dataset(batches, num_generations=cfg.num_generations)
+    stock_clock = None
   else:
     # Stock single-controller cluster; only the engine is ours, so that both
     # backends draw the same per-row samples.
-    adm = admission_lib.Admission(admission_lib.AdmissionConfig(
-        num_hosts=1, host_index=0, num_generations=cfg.num_generations))
+    from tunix.generate import tokenizer_adapter  # pylint: disable=g-import-not-at-top
+
+    adapter = tokenizer_adapter.TokenizerAdapter(tokenizer)
+    # The single controller admits (and tokenizes) every prompt, as the mcjax
+    # hosts do for their shares.
+    adm = admission_lib.Admission(
+        admission_lib.AdmissionConfig(
+            num_hosts=1, host_index=0, num_generations=cfg.num_generations),
+        length_fn=lambda ps: [len(adapter.encode(p)) for p in ps],
+    )
     cluster = tunix_mcjax.create_rl_cluster(
         "tunix",
         cluster_config=compat.ClusterConfig(
@@ -187,8 +239,8 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         ),
         **common,
     )
+    stock_clock = _StockStepClock(cluster, cfg, adm)
     train_ds = adm.shard(batches)
-    _StockStepLogger(cluster, cfg)
 
   learner = grpo_learner.GRPOLearner(
       rl_cluster=cluster,
@@ -203,9 +255,13 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   t0 = time.perf_counter()
   learner.train(train_ds)
   wall = time.perf_counter() - t0
+  if stock_clock is not None:
+    stock_clock.close()
 
-  records = list(getattr(cluster, "step_records", None) or
-                 getattr(cluster, "_mcjax_records", []))
+  # learner.train() closed the cluster, which exported every step.
+  records = list(
+      cluster.step_records if stock_clock is None else stock_clock.records
+  )
   summary = {"backend": cfg.backend, "num_hosts": info.process_count,
              "steps": len(records), "wall_s": wall, "records": records}
   if cfg.dump_dir:
@@ -260,46 +316,150 @@ class _Recorder:
     self.reward_fns = [wrap(f, i == 0) for i, f in enumerate(fns)]
 
 
-class _StockStepLogger:  # pylint: disable=too-few-public-methods
-  """Per-step records for the stock cluster, through its public hook.
+class _StockStepClock:
+  """Step anatomy of the stock cluster, measured like the mcjax backend's.
 
-  Tunix calls the external metrics logger with each step's buffered metrics
-  when the next step starts (and at close), so the record of step k is
-  complete then.
+  Wraps the instance's learner-facing methods (generate, reference
+  log-probs, update_actor, sync_weights, buffer_metrics); the learner calls
+  them through the instance, so nothing in Tunix changes. A step ends when
+  `sync_weights` returns; its record has the mcjax record's fields (one host,
+  so no straggler wait). `update_actor` is waited for, as mcjax does, so
+  that the train step's time is not charged to the next phase.
+
+  Attributes:
+    records: one dict per finished step.
   """
 
-  def __init__(self, cluster, cfg: GrpoJobConfig):
+  def __init__(self, cluster, cfg: GrpoJobConfig, adm):
+    from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import host_optimizations  # pylint: disable=g-import-not-at-top
+
     self._cluster = cluster
     self._cfg = cfg
-    self._last = time.perf_counter()
-    cluster._mcjax_records = []  # pylint: disable=protected-access
+    self._adm = adm
+    self._lib = cluster_lib
+    self._full_collections = host_optimizations.full_collections
+    self.records: list[dict[str, Any]] = []
     if cfg.metrics_out:
       os.makedirs(os.path.dirname(os.path.abspath(cfg.metrics_out)),
                   exist_ok=True)
     self._file = open(cfg.metrics_out, "a") if cfg.metrics_out else None
-    cluster.with_external_metrics_logger(self)
+    self._admission_seen = 0.0
+    self._reset(time.perf_counter(), 0.0)
+    self._wrap("generate", "generate", self._after_generate)
+    self._wrap("get_ref_per_token_logps", "logps")
+    self._wrap("get_old_per_token_logps", "logps")
+    self._wrap("update_actor", "train", self._after_update)
+    self._wrap("sync_weights", "publish")
+    buffer_metrics = cluster.buffer_metrics
 
-  def __call__(self, buf) -> None:
+    def buffer_with_capture(metrics, mode="train"):
+      if str(mode) == "train":
+        for key, into in (("rewards/score/mean", self._rewards),
+                          ("completions/mean_length", self._lens)):
+          if key in metrics:
+            into.append(float(np.mean(metrics[key][0])))
+      return buffer_metrics(metrics, mode=mode)
+
+    cluster.buffer_metrics = buffer_with_capture
+
+  def _reset(self, now: float, export_s: float) -> None:
+    self._start = now
+    self._phases = {p: 0.0 for p in self._lib.PHASES}
+    self._export_s = export_s
+    self._rewards: list[float] = []
+    self._lens: list[float] = []
+    self._gen = {"rows": 0, "tokens": 0, "max_len": 0, "truncated": 0,
+                 "decode_iterations": 0}
+    self._collections0 = self._full_collections()
+
+  def _wrap(self, name: str, phase: str, after=None) -> None:
+    inner = getattr(self._cluster, name)
+
+    @functools.wraps(inner)
+    def timed(*args, **kwargs):
+      t0 = time.perf_counter()
+      out = inner(*args, **kwargs)
+      if after is not None:
+        after(out, args, kwargs)
+      self._phases[phase] += time.perf_counter() - t0
+      if name == "sync_weights":
+        self._end_step()
+      return out
+
+    setattr(self._cluster, name, timed)
+
+  def _after_generate(self, out, args, kwargs) -> None:
+    del args
+    if str(kwargs.get("mode", "train")) != "train":
+      return
+    stats = self._lib.generation_stats(
+        out, micro_batch_size=kwargs.get("micro_batch_size"),
+        max_tokens=(kwargs.get("max_generation_steps")
+                    or self._cfg.max_new_tokens))
+    for k in ("rows", "tokens", "truncated", "decode_iterations"):
+      self._gen[k] += stats[k]
+    self._gen["max_len"] = max(self._gen["max_len"], stats["max_len"])
+
+  def _after_update(self, out, args, kwargs) -> None:
+    del out, args, kwargs
+    import jax  # pylint: disable=g-import-not-at-top
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+
+    jax.block_until_ready(nnx.state(self._cluster.actor_trainer.model))
+
+  def _end_step(self) -> None:
     from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
 
-    m = buf.metrics
-    if buf.mode != "train" or "rewards/score/mean" not in m:
-      return  # E.g. the perf-only buffer that close() flushes.
-    get = lambda k: float(np.mean(m[k][0])) if k in m else None
     now = time.perf_counter()
+    admission_s = self._adm.admission_seconds()
+    self._phases["admission"] = admission_s - self._admission_seen
+    self._admission_seen = admission_s
+    batch = self._adm.pop_batch_stats()
+    step_s = now - self._start
+    accounted = sum(v for k, v in self._phases.items() if k != "reward")
+    self._phases["reward"] = max(0.0, step_s - accounted - self._export_s)
+    train = compat.last_train_metrics(self._cluster.actor_trainer)
+    gen = self._gen
     record = {
-        "step": buf.global_steps + 1,
+        "step": len(self.records) + 1,
         "backend": "tunix",
         "num_hosts": 1,
-        "reward_mean": get("rewards/score/mean"),
-        "completion_len_mean": get("completions/mean_length"),
-        "loss": compat.last_train_metrics(
-            self._cluster.actor_trainer).get("loss"),
-        "step_time_s": now - self._last,
-        "phases": {},
+        "reward_mean": float(np.mean(self._rewards)) if self._rewards else None,
+        "completion_len_mean": (
+            float(np.mean(self._lens)) if self._lens else None),
+        "completion_len_max": gen["max_len"],
+        "completion_tokens": gen["tokens"],
+        "truncated_share": (
+            gen["truncated"] / gen["rows"] if gen["rows"] else None),
+        "loss": train.get("loss"),
+        "grad_norm": train.get("grad_norm"),
+        "step_time_s": step_s,
+        "phases": dict(self._phases),
+        "host_overhead": {"metrics_export": self._export_s, "gc": 0.0},
+        "slowest_host": 0,
+        "straggler_wait": {p: 0.0 for p in self._lib.CROSS_HOST_POINTS}
+                          | {"total": 0.0},
+        "decode_iterations": gen["decode_iterations"],
+        "decode_iter_s": (
+            self._phases["generate"] / gen["decode_iterations"]
+            if gen["decode_iterations"] else None),
+        "host_prompt_tokens": [batch.prompt_tokens if batch else -1],
+        "prompts_digest": batch.digest if batch else None,
+        "publish_calls": 1,
+        "gc": {"explicit_collects": 0, "skipped_collects": 0, "frozen": False,
+               "full_collections": self._full_collections()
+                                   - self._collections0},
+        "optimizations": None,
     }
-    self._last = now
-    self._cluster._mcjax_records.append(record)  # pylint: disable=protected-access
+    self.records.append(record)
     if self._file:
       self._file.write(json.dumps(record) + "\n")
       self._file.flush()
+    # The next step starts now; writing this record is its host work.
+    self._reset(now, time.perf_counter() - now)
+
+  def close(self) -> None:
+    if self._file:
+      self._file.close()
+      self._file = None

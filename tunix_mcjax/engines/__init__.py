@@ -18,14 +18,26 @@
 The registered factories are `BaseRollout` subclasses, because Tunix's
 `ClusterConfig.rollout_engine` accepts only a subclass or a
 `functools.partial` of one. Importing this package imports JAX and Tunix's
-sampler but initializes no JAX backend.
+sampler but initializes no JAX backend. The "vllm" and "vllm_tpu" engines
+import vLLM (and PyTorch / tpu-inference) only when constructed, so they are
+registered even in environments without vLLM.
 """
 
 from tunix_mcjax.engines.base import Engine
 from tunix_mcjax.engines.base import RowIdSource
 from tunix_mcjax.engines.native import NativeEngine
+from tunix_mcjax.engines.tpu_inference import TpuInferenceEngine
+from tunix_mcjax.engines.vllm import VllmEngine
 from tunix_mcjax.registry import ENGINES
 
 ENGINES.register("native")(NativeEngine)
+ENGINES.register("vllm")(VllmEngine)
+ENGINES.register("vllm_tpu")(TpuInferenceEngine)
 
-__all__ = ["Engine", "NativeEngine", "RowIdSource"]
+__all__ = [
+    "Engine",
+    "NativeEngine",
+    "RowIdSource",
+    "TpuInferenceEngine",
+    "VllmEngine",
+]

@@ -102,3 +102,17 @@ class Engine(base_rollout.BaseRollout, abc.ABC):
         parameters selected by these variable types (e.g. LoRA parameters);
         the others are kept.
     """
+
+  def publication_target(self) -> Any:
+    """The tree the cluster publishes into (names, shapes, dtypes, layout).
+
+    Leaves are arrays or `jax.ShapeDtypeStruct`s with a `NamedSharding` on
+    `engine_mesh`, structured like `nnx.state(model, nnx.Param)`; the
+    published tree is handed to `update_params` in one call. Engines whose
+    weights live outside JAX (e.g. vLLM with PyTorch) return the JAX-side
+    staging layout they convert from.
+    """
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+
+    return nnx.state(self.model(), nnx.Param)
+

@@ -1,0 +1,276 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The pure-JAX part of the tpu-inference engine, on CPU.
+
+tpu-inference itself cannot run here (TPU only), so the engine state is a
+synthetic nnx.State with the parameter names, shapes and shardings of
+tpu-inference's flax_nnx Qwen3 (`tpu_inference/models/jax/qwen3.py`) on a
+("data", "model") mesh of this host's 4 CPU devices, tensor-parallel over
+"model". The trainer side is a real Tunix Qwen3 published the way the
+cluster does it: replicated on the host's ("fsdp", "tp") engine mesh.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+import numpy as np
+import pytest
+
+from tunix_mcjax import models
+from tunix_mcjax.engines import tpu_inference as ti
+
+P = jax.sharding.PartitionSpec
+TP = 4
+
+
+@pytest.fixture(scope="module")
+def devices():
+  devs = jax.devices()
+  if len(devs) < TP:
+    pytest.fail(f"needs {TP} CPU devices (tests/engines/conftest.py); JAX"
+                f" was initialised with {len(devs)} before it ran.")
+  return devs[:TP]
+
+
+def _config(tied=False, **kw):
+  # head_dim 64: tpu-inference keeps it unpadded. 2 KV heads over TP=4 are
+  # replicated; vocab 18 is padded to 20.
+  return models.tiny_qwen3_config(use_tied_embedding=tied, head_dim=64,
+                                  vocab_size=18, **kw)
+
+
+def _engine_spec(config, tp=TP):
+  """name -> (shape, PartitionSpec) of tpu-inference's Qwen3 state."""
+  d, f, n, h = (config.embed_dim, config.hidden_dim, config.num_heads,
+                config.head_dim)
+  k = max(config.num_kv_heads, tp)
+  v = -(-config.vocab_size // tp) * tp
+  spec = {"model.embed_tokens.weight": ((v, d), P("model", None)),
+          "model.norm.weight": ((d,), P(None))}
+  for i in range(config.num_layers):
+    pre = f"model.layers.{i}."
+    spec.update({
+        pre + "input_layernorm.weight": ((d,), P(None)),
+        pre + "post_attention_layernorm.weight": ((d,), P(None)),
+        pre + "self_attn.q_proj.weight": ((d, n, h), P(None, "model", None)),
+        pre + "self_attn.k_proj.weight": ((d, k, h), P(None, "model", None)),
+        pre + "self_attn.v_proj.weight": ((d, k, h), P(None, "model", None)),
+        pre + "self_attn.o_proj.weight": ((n, h, d), P("model", None, None)),
+        pre + "self_attn.q_norm.weight": ((h,), P(None)),
+        pre + "self_attn.k_norm.weight": ((h,), P(None)),
+        pre + "mlp.gate_proj.weight": ((d, f), P(None, "model")),
+        pre + "mlp.up_proj.weight": ((d, f), P(None, "model")),
+        pre + "mlp.down_proj.weight": ((f, d), P("model", None)),
+    })
+  if not config.use_tied_embedding:
+    spec["lm_head.weight"] = ((d, v), P(None, "model"))
+  return spec
+
+
+def _nest(flat):
+  root = {}
+  for name, leaf in flat.items():
+    node = root
+    parts = [int(p) if p.isdigit() else p for p in name.split(".")]
+    for p in parts[:-1]:
+      node = node.setdefault(p, {})
+    node[parts[-1]] = leaf
+  return root
+
+
+def _engine_state(config, devices, dtype=jnp.bfloat16):
+  mesh = jax.sharding.Mesh(np.array(devices).reshape(1, TP),
+                           ("data", "model"))
+  flat = {}
+  for i, (name, (shape, spec)) in enumerate(
+      sorted(_engine_spec(config).items())):
+    value = jnp.full(shape, -7.0 - i, dtype)  # Recognisably stale.
+    flat[name] = nnx.Param(
+        jax.device_put(value, jax.sharding.NamedSharding(mesh, spec)))
+  return nnx.State(_nest(flat))
+
+
+def _published(config, devices, seed=3):
+  """A Tunix Qwen3's params as publication delivers them to a host."""
+  mesh = jax.sharding.Mesh(np.array(devices).reshape(TP, 1), ("fsdp", "tp"))
+  model = models.create_tiny_model(config, seed=seed)
+  rep = jax.sharding.NamedSharding(mesh, P())
+  return jax.tree.map(lambda x: jax.device_put(x, rep),
+                      nnx.state(model, nnx.Param))
+
+
+def _np(flat_tree):
+  return {n: np.asarray(x, np.float32)
+          for n, x in ti.flatten_named(flat_tree)[0].items()}
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_local_write_values_layout_and_semantics(devices, tied):
+  config = _config(tied=tied)
+  state = _engine_state(config, devices)
+  old = ti.flatten_named(state)[0]
+  params = _published(config, devices)
+  src = _np(params)
+  plan = ti.qwen3_plan(config, tp_size=TP)
+
+  new_state = ti.local_write(state, params, plan=plan)
+
+  new = ti.flatten_named(new_state)[0]
+  assert sorted(new) == sorted(old)
+  for name, x in new.items():
+    assert x.shape == old[name].shape and x.dtype == jnp.bfloat16, name
+    assert x.sharding == old[name].sharding, name
+  got = {n: np.asarray(x.astype(jnp.float32)) for n, x in new.items()}
+  bf16 = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float32)
+
+  # Embedding: rows padded with zeros to the TP-aligned vocabulary.
+  emb = got["model.embed_tokens.weight"]
+  np.testing.assert_array_equal(emb[:18], bf16(src["embedder.input_embedding"]))
+  assert not emb[18:].any()
+  for i in range(config.num_layers):
+    pre, t = f"model.layers.{i}.", f"layers.{i}."
+    np.testing.assert_array_equal(got[pre + "self_attn.q_proj.weight"],
+                                  bf16(src[t + "attn.q_proj.w"]))
+    np.testing.assert_array_equal(got[pre + "mlp.down_proj.weight"],
+                                  bf16(src[t + "mlp.down_proj.kernel"]))
+    np.testing.assert_array_equal(got[pre + "self_attn.k_norm.weight"],
+                                  bf16(src[t + "attn.k_norm.w"]))
+    # GQA semantics survive the KV-head replication: query head j reads KV
+    # head j // (N/K) in Tunix and KV head j // (N/K') in the engine.
+    n, kv, kv_eng = config.num_heads, config.num_kv_heads, TP
+    for name in ("k_proj", "v_proj"):
+      tunix_kv = bf16(src[t + f"attn.{name}.w"])
+      eng_kv = got[pre + f"self_attn.{name}.weight"]
+      for j in range(n):
+        np.testing.assert_array_equal(
+            eng_kv[:, j // (n // kv_eng)], tunix_kv[:, j // (n // kv)])
+  if not tied:
+    head = got["lm_head.weight"]
+    np.testing.assert_array_equal(head[:, :18], bf16(src["lm_head.w"]))
+    assert not head[:, 18:].any()
+
+
+def test_one_dispatch_one_compile_and_donation(devices):
+  config = _config()
+  plan = ti.qwen3_plan(config, tp_size=TP)
+  state = _engine_state(config, devices)
+  old_leaves = jax.tree.leaves(state)
+  params = _published(config, devices, seed=1)
+  state = ti.local_write(state, params, plan=plan)
+  # The old engine buffers were donated to the write (in-place update).
+  assert all(x.is_deleted() for x in old_leaves)
+  writer = next(w for k, w in ti._WRITERS.items() if k[0] == plan)  # pylint: disable=protected-access
+  before = writer.num_dispatches
+  params2 = _published(config, devices, seed=2)
+  state = ti.local_write(state, params2, plan=plan)
+  # One program per publication, compiled once: not one dispatch per layer
+  # and parameter.
+  assert writer.num_dispatches == before + 1
+  assert writer._fn._cache_size() == 1  # pylint: disable=protected-access
+  want = _np(params2)["layers.1.mlp.gate_proj.kernel"]
+  got = ti.flatten_named(state)[0]["model.layers.1.mlp.gate_proj.weight"]
+  np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=1e-2,
+                             atol=1e-2)
+
+
+@pytest.mark.parametrize("layer_axis", [0, 1])
+def test_scanned_trainer_layers_are_unstacked_in_the_same_program(
+    devices, layer_axis):
+  config = _config(num_layers=3)
+  per_layer = _published(config, devices)
+  flat = ti.flatten_named(per_layer)[0]
+  scanned = {}
+  for name, x in flat.items():
+    parts = name.split(".")
+    if parts[0] == "layers":
+      key = ".".join(["layers"] + parts[2:])
+      scanned.setdefault(key, []).append(x)
+    else:
+      scanned[name] = x
+  scanned = {
+      k: (jnp.stack(v, axis=layer_axis) if isinstance(v, list) else v)
+      for k, v in scanned.items()
+  }
+  assert scanned["layers.attn.q_proj.w"].shape[layer_axis] == 3
+  a = ti.local_write(_engine_state(config, devices), per_layer,
+                     plan=ti.qwen3_plan(config, tp_size=TP))
+  b = ti.local_write(
+      _engine_state(config, devices), _nest(scanned),
+      plan=ti.qwen3_plan(config, tp_size=TP, scanned=True,
+                         layer_axis=layer_axis))
+  fa, fb = ti.flatten_named(a)[0], ti.flatten_named(b)[0]
+  for name in fa:
+    np.testing.assert_array_equal(np.asarray(fa[name], np.float32),
+                                  np.asarray(fb[name], np.float32), name)
+
+
+def test_ndh_q_proj_layout(devices):
+  config = _config()
+  spec = _engine_spec(config)
+  for i in range(config.num_layers):
+    name = f"model.layers.{i}.self_attn.q_proj.weight"
+    (d, n, h), _ = spec[name]
+    spec[name] = ((n, d, h), P("model", None, None))
+  mesh = jax.sharding.Mesh(np.array(devices).reshape(1, TP),
+                           ("data", "model"))
+  state = nnx.State(_nest({
+      n: nnx.Param(jax.device_put(jnp.zeros(s, jnp.float32),
+                                  jax.sharding.NamedSharding(mesh, p)))
+      for n, (s, p) in spec.items()}))
+  params = _published(config, devices)
+  out = ti.local_write(state, params, plan=ti.qwen3_plan(
+      config, tp_size=TP, q_proj_layout="NDH"))
+  got = np.asarray(
+      ti.flatten_named(out)[0]["model.layers.0.self_attn.q_proj.weight"])
+  want = _np(params)["layers.0.attn.q_proj.w"].transpose(1, 0, 2)
+  np.testing.assert_array_equal(got, want)
+
+
+def test_mismatches_name_the_parameter(devices):
+  config = _config()
+  plan = ti.qwen3_plan(config, tp_size=TP)
+  params = _published(config, devices)
+
+  # An engine built for another width.
+  other = _engine_state(_config(hidden_dim=96), devices)
+  with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.down_proj"
+                     r"\.weight.*layers\.0\.mlp\.down_proj\.kernel"):
+    ti.local_write(other, params, plan=plan, donate=False)
+
+  # A trainer tree without one parameter.
+  flat = ti.flatten_named(params)[0]
+  del flat["layers.1.attn.v_proj.w"]
+  with pytest.raises(ValueError, match=r"layers\.1\.attn\.v_proj\.w"):
+    ti.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
+                   donate=False)
+
+  # A trainer parameter the engine has no place for (untied head, tied engine).
+  with pytest.raises(ValueError, match=r"lm_head\.w"):
+    ti.local_write(_engine_state(_config(tied=True), devices), params,
+                   plan=ti.qwen3_plan(_config(tied=True), tp_size=TP),
+                   donate=False)
+
+  # An engine parameter the plan does not write would keep stale weights.
+  eng = ti.flatten_named(_engine_state(config, devices))[0]
+  eng["model.layers.0.self_attn.extra.weight"] = eng["model.norm.weight"]
+  with pytest.raises(ValueError, match=r"self_attn\.extra\.weight"):
+    ti.local_write(nnx.State(_nest(eng)), params, plan=plan, donate=False)
+
+
+def test_plan_rejects_layouts_that_would_compute_differently():
+  with pytest.raises(ValueError, match="head_dim 32"):
+    ti.qwen3_plan(models.tiny_qwen3_config(head_dim=32))
+  with pytest.raises(ValueError, match="query heads"):
+    ti.qwen3_plan(_config(), tp_size=8)

@@ -1,0 +1,352 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The vLLM engine against the native engine, single process, vLLM on CPU.
+
+Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`); skipped
+in the main environment. Models are tiny random Qwen3s (fp32) with weights
+scaled up so that next-token distributions are peaked (greedy decoding is
+then far from ties) and a 100-token vocabulary.
+"""
+
+# pylint: disable=protected-access
+
+from __future__ import annotations
+
+import dataclasses
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from tunix.rl.rollout import base_rollout
+
+vllm = pytest.importorskip("vllm")
+
+from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
+from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.engines import vllm as vllm_engine  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
+
+P = jax.sharding.PartitionSpec
+TOKENIZER = models.ToyTokenizer(models.PRINTABLE_ALPHABET)
+PAD = TOKENIZER.pad_id()
+PROMPTS = ["2+2=", "hello", "a", "The cat sat", "x:", "12*3=?", "zz", "ok!"]
+GREEDY = base_rollout.RolloutConfig(
+    max_tokens_to_generate=10, max_prompt_length=12, temperature=0.0,
+    top_p=None, return_logprobs=True, kv_cache_size=32)
+SAMPLED = dataclasses.replace(GREEDY, temperature=1.0, top_p=1.0)
+
+
+class ArrayRowIds:
+  """A RowIdSource over explicit ids (the next `take` returns `ids`)."""
+
+  def __init__(self):
+    self._next = 0
+    self.ids = None
+
+  def take(self, num_rows):
+    if self.ids is not None:
+      ids, self.ids = np.asarray(self.ids, np.int64), None
+      assert len(ids) == num_rows
+      return ids
+    rows = np.arange(self._next, self._next + num_rows)
+    self._next += num_rows
+    return np.stack([rows, np.zeros_like(rows)], axis=1)
+
+
+def _model(tied: bool, seed: int, scale: float = 0.3):
+  config = models.tiny_qwen3_config(
+      use_tied_embedding=tied, head_dim=32, vocab_size=TOKENIZER.vocab_size)
+  model = models.create_tiny_model(config, seed=seed)
+  rng = np.random.default_rng(seed)
+  state = nnx.state(model, nnx.Param)
+
+  def bump(x):
+    x = np.asarray(x)
+    noise = rng.standard_normal(x.shape).astype(np.float32) * scale
+    # Norm scales stay near 1; everything else gets peaked random weights.
+    return jnp.asarray(1.0 + noise * 0.1 if x.ndim == 1 else noise)
+
+  nnx.update(model, jax.tree.map(bump, state))
+  return model
+
+
+@pytest.fixture(scope="module")
+def mesh():
+  devices = jax.devices()
+  if len(devices) < 2:
+    pytest.fail("needs 2+ CPU devices (tests/engines/conftest.py).")
+  return jax.sharding.Mesh(np.array(devices[:2]).reshape(2, 1),
+                           ("fsdp", "tp"))
+
+
+def _replicated(mesh, params, dtype=None):
+  rep = jax.sharding.NamedSharding(mesh, P())
+  return jax.tree.map(
+      lambda x: jax.device_put(x if dtype is None else x.astype(dtype), rep),
+      params)
+
+
+def _pair(mesh, tied, **options):
+  model = _model(tied, seed=11 if tied else 12)
+  row_ids = ArrayRowIds()
+  ve = vllm_engine.VllmEngine(
+      tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=model,
+      rollout_config=GREEDY, row_ids=row_ids, seed=5,
+      options=vllm_engine.VllmEngineOptions(**options))
+  ne = native.NativeEngine(
+      tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=model,
+      rollout_config=GREEDY, row_ids=ArrayRowIds())
+  return ve, ne, model, row_ids
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def pair(request, mesh):
+  # forbid_pad_token=False: the native sampler may emit pad ids too.
+  ve, ne, model, _ = _pair(mesh, request.param, forbid_pad_token=False)
+  yield ve, ne, model
+  ve.close()
+
+
+@pytest.fixture(scope="module")
+def sampler_engine(mesh):
+  """Default options, except transfer through the host (the other path)."""
+  ve, ne, _, row_ids = _pair(mesh, False, transfer="host")
+  yield ve, ne, row_ids
+  ve.close()
+
+
+def _assert_same_greedy(a, b, tol=1e-4):
+  """Tokens equal and log-probs within `tol`, row by row.
+
+  Tunix's sampler masks a generated pad id out of attention while vLLM
+  attends to it, so a row is compared up to and including its first pad
+  token; rows with a pad are reported so that the check cannot go vacuous.
+  """
+  full, compared = 0, 0
+  for i, (ta, tb) in enumerate(zip(a.tokens, b.tokens)):
+    ta, tb = ta.tolist(), tb.tolist()
+    cut = tb.index(PAD) + 1 if PAD in tb else len(tb)
+    assert ta[:cut] == tb[:cut], (i, ta, tb)
+    if cut == len(tb):
+      assert ta == tb, (i, ta, tb)
+      assert a.text[i] == b.text[i]
+      full += 1
+    compared += cut
+    np.testing.assert_allclose(a.logprobs[i][:cut], b.logprobs[i][:cut],
+                               atol=tol, rtol=0, err_msg=f"row {i}")
+  assert full >= 0.75 * len(a.tokens) and compared >= 40, (full, compared)
+
+
+def test_registered_by_name():
+  assert ENGINES.get("vllm") is engines.VllmEngine
+  assert ENGINES.get("vllm").tiny_model_overrides == {"head_dim": 32}
+
+
+def test_greedy_tokens_and_logprobs_match_native(pair):
+  ve, ne, _ = pair
+  a, b = ve.generate(PROMPTS, GREEDY), ne.generate(PROMPTS, GREEDY)
+  np.testing.assert_array_equal(a.left_padded_prompt_tokens,
+                                b.left_padded_prompt_tokens)
+  assert a.logits is None
+  _assert_same_greedy(a, b)
+  assert not hasattr(ve, "mesh")  # See Engine.engine_mesh.
+  assert ve.model() is None
+
+
+def test_per_token_logps_match_native(pair):
+  ve, ne, _ = pair
+  out = ne.generate(PROMPTS, GREEDY)
+  comp = np.full((len(PROMPTS), GREEDY.max_tokens_to_generate), PAD, np.int32)
+  for i, t in enumerate(out.tokens):
+    comp[i, :len(t)] = t
+  got = np.asarray(ve.get_per_token_logps(out.left_padded_prompt_tokens, comp))
+  want = np.asarray(ne.get_per_token_logps(out.left_padded_prompt_tokens,
+                                           comp))
+  mask = np.cumsum(comp == PAD, axis=1) == 0  # Before the first pad.
+  assert mask.sum() >= 40
+  np.testing.assert_allclose(got * mask, want * mask, atol=1e-4, rtol=0)
+
+
+def test_publication_installs_new_weights(pair, mesh):
+  ve, ne, model = pair
+  before = ve.generate(PROMPTS, GREEDY)
+  tied = model.config.use_tied_embedding
+  new = _replicated(mesh, nnx.state(_model(tied, seed=99), nnx.Param))
+  ve.update_params(new)
+  ne.update_params(new)
+  # Same prompts as before: with prefix caching on, a stale cached prompt
+  # KV would show up here.
+  after, want = ve.generate(PROMPTS, GREEDY), ne.generate(PROMPTS, GREEDY)
+  _assert_same_greedy(after, want)
+  assert [t.tolist() for t in after.tokens] != [
+      t.tolist() for t in before.tokens]
+  stats = ve.last_update_stats
+  n_params = len(jax.tree.leaves(new))
+  assert stats.num_tensors == n_params
+  assert stats.bytes == sum(x.size * 4 for x in jax.tree.leaves(new))
+  assert 0 < stats.reload_seconds <= stats.seconds
+  # Back to the fixture's weights for the other tests.
+  orig = _replicated(mesh, nnx.state(model, nnx.Param))
+  ve.update_params(orig)
+  ne.update_params(orig)
+
+
+def test_update_errors_name_the_parameter(pair, mesh):
+  ve, _, model = pair
+  good = nnx.to_pure_dict(_replicated(mesh, nnx.state(model, nnx.Param)))
+
+  def variant(fn):
+    tree = jax.tree.map(lambda x: x, good)
+    fn(tree)
+    return tree
+
+  with pytest.raises(ValueError, match=r"layers\.1\.mlp\.up_proj\.kernel.*"
+                     r"shape"):
+    ve.update_params(variant(lambda t: t["layers"][1]["mlp"]["up_proj"]
+                             .__setitem__("kernel", _replicated(
+                                 mesh, jnp.zeros((64, 7))))))
+  with pytest.raises(ValueError, match=r"missing parameter "
+                     r"'layers\.0\.attn\.q_norm\.w'"):
+    ve.update_params(variant(lambda t: t["layers"][0]["attn"]["q_norm"]
+                             .pop("w")))
+  with pytest.raises(ValueError, match=r"'final_norm\.bias'"):
+    ve.update_params(variant(lambda t: t["final_norm"].__setitem__(
+        "bias", t["final_norm"]["w"])))
+  with pytest.raises(ValueError, match=r"'final_norm\.w' has dtype"):
+    ve.update_params(variant(lambda t: t["final_norm"].__setitem__(
+        "w", t["final_norm"]["w"].astype(jnp.bfloat16))))
+  sharded = jax.sharding.NamedSharding(mesh, P("fsdp"))
+  with pytest.raises(ValueError, match=r"'embedder\.input_embedding' has"
+                     r" sharding"):
+    ve.update_params(variant(lambda t: t["embedder"].__setitem__(
+        "input_embedding",
+        jax.device_put(t["embedder"]["input_embedding"], sharded))))
+  # Nothing was installed by the failed calls.
+  ne_out = native.NativeEngine(
+      tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=model,
+      rollout_config=GREEDY, row_ids=ArrayRowIds()).generate(PROMPTS, GREEDY)
+  _assert_same_greedy(ve.generate(PROMPTS, GREEDY), ne_out)
+
+
+def test_one_call_per_parameter_updates_by_module(pair, mesh):
+  # The cluster's O4 baseline publishes one parameter per call.
+  ve, ne, model = pair
+  new = nnx.to_pure_dict(_replicated(
+      mesh, nnx.state(_model(model.config.use_tied_embedding, seed=98),
+                      nnx.Param)))
+  leaves = jax.tree_util.tree_flatten_with_path(new)[0]
+  for i, (path, x) in enumerate(leaves):
+    tree = x
+    for k in reversed([native._key_part(p) for p in path]):
+      tree = {k: tree}
+    ve.update_params(tree, filter_types=(nnx.Param,))
+    if i == 0 and ve._pending:
+      with pytest.raises(RuntimeError, match="incomplete"):
+        ve.generate(PROMPTS, GREEDY)
+  assert not ve._pending
+  ne.update_params(nnx.State(new))
+  _assert_same_greedy(ve.generate(PROMPTS, GREEDY),
+                      ne.generate(PROMPTS, GREEDY))
+  orig = _replicated(mesh, nnx.state(model, nnx.Param))
+  ve.update_params(orig)
+  ne.update_params(orig)
+
+
+def test_sampling_is_placement_invariant(sampler_engine):
+  ve, _, row_ids = sampler_engine
+  prompts = [p for p in PROMPTS[:4] for _ in range(4)]  # 4 groups of G=4.
+  ids = np.array([[p, s] for p in range(100, 104) for s in range(4)])
+  row_ids.ids = ids
+  whole = ve.generate(prompts, SAMPLED)
+  # The same rows, in reverse order and split over two calls.
+  order = np.arange(len(prompts))[::-1]
+  parts = []
+  for chunk in (order[:5], order[5:]):
+    row_ids.ids = ids[chunk]
+    parts.extend(ve.generate([prompts[i] for i in chunk], SAMPLED).tokens)
+  split = {int(i): t.tolist() for i, t in zip(order, parts)}
+  assert [split[i] for i in range(len(prompts))] == [
+      t.tolist() for t in whole.tokens]
+  # Groups are not degenerate: samples within a group differ.
+  assert len({tuple(t.tolist()) for t in whole.tokens[:4]}) > 1
+
+
+def test_pad_is_never_sampled(sampler_engine, mesh):
+  ve, ne, _ = sampler_engine
+  state = nnx.state(ve_model := _model(False, seed=12), nnx.Param)
+  # Make pad a likely token: a large LM-head column.
+  boosted = jax.tree.map(lambda x: x, state)
+  head = boosted["lm_head"]["w"]
+  head.value = head.value.at[:, PAD].multiply(20.0)
+  ve.update_params(_replicated(mesh, boosted))
+  ne.update_params(_replicated(mesh, boosted))
+  prompts = PROMPTS * 2
+  with_pad = ne.generate(prompts, SAMPLED)
+  assert sum(t.tolist().count(PAD) for t in with_pad.tokens) >= 5
+  out = ve.generate(prompts, SAMPLED)
+  assert all(PAD not in t.tolist() for t in out.tokens)
+  assert sum(len(t) for t in out.tokens) >= 40
+  orig = _replicated(mesh, nnx.state(ve_model, nnx.Param))
+  ve.update_params(orig)
+  ne.update_params(orig)
+
+
+def test_host_transfer_weights_match_native(sampler_engine):
+  ve, ne, _ = sampler_engine
+  out = ne.generate(PROMPTS, GREEDY)
+  comp = np.full((len(PROMPTS), GREEDY.max_tokens_to_generate), PAD, np.int32)
+  for i, t in enumerate(out.tokens):
+    comp[i, :len(t)] = t
+  mask = np.cumsum(comp == PAD, axis=1) == 0
+  got = np.asarray(ve.get_per_token_logps(out.left_padded_prompt_tokens, comp))
+  want = np.asarray(ne.get_per_token_logps(out.left_padded_prompt_tokens,
+                                           comp))
+  np.testing.assert_allclose(got * mask, want * mask, atol=1e-4, rtol=0)
+
+
+def test_options_are_validated():
+  with pytest.raises(ValueError, match="transfer"):
+    vllm_engine.VllmEngineOptions(transfer="rdma")
+  with pytest.raises(ValueError, match="dtype"):
+    vllm_engine.VllmEngineOptions(dtype="int8")
+  opts = vllm_engine.VllmEngineOptions(engine_kwargs={"max_num_batched_tokens":
+                                                      256})
+  assert opts.engine_kwargs == (("max_num_batched_tokens", 256),)
+
+
+def test_keep_kv_cache_false_needs_sleep_mode_on_cpu(mesh):
+  with pytest.raises(ValueError, match="sleep mode"):
+    vllm_engine.VllmEngine(
+        tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=_model(True, 1),
+        rollout_config=GREEDY,
+        options=vllm_engine.VllmEngineOptions(keep_kv_cache=False))
+
+
+def test_unsupported_head_dim_is_explained(mesh):
+  model = models.create_tiny_model(models.tiny_qwen3_config(), seed=0)
+  with pytest.raises(ValueError, match="head_dim=16"):
+    vllm_engine.VllmEngine(tokenizer=models.ToyTokenizer(), engine_mesh=mesh,
+                           initial_model=model, rollout_config=GREEDY)
+
+
+def test_row_seeds_depend_only_on_identity():
+  a = vllm_engine.row_seeds(7, np.array([[3, 0], [3, 1], [4, 0]]))
+  b = vllm_engine.row_seeds(7, np.array([[4, 0], [3, 1]]))
+  assert a[2] == b[0] and a[1] == b[1] and len(set(a)) == 3
+  assert vllm_engine.row_seeds(8, np.array([[3, 0]]))[0] != a[0]
+  assert all(0 <= s < 2**63 for s in a)

@@ -1,0 +1,22 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Side-by-side benchmark of the tunix and mcjax backends.
+
+`python -m tunix_mcjax.bench --mode quick|full` (or `make bench`) runs the
+arms of `arms.MODES[mode]` on identical work, then micro-benchmarks, and
+writes runs/bench/report.json, report.md, step_time.png and phases.png.
+Modules: `arms` (what runs), `harness` (running it), `stats` (the
+measurement protocol), `report` (outputs), `micro` (micro-benchmarks).
+"""

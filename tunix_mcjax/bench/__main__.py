@@ -1,0 +1,72 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+r"""Benchmark command line.
+
+  python -m tunix_mcjax.bench --mode=quick            # make bench
+  python -m tunix_mcjax.bench --mode=full --out=runs/bench-full
+  python -m tunix_mcjax.bench --mode=quick --arms=tunix,mcjax-optimized \
+      --steps=2 --nomicro                             # a short subset
+
+Exit status: 0 when every arm ran and the report was written, 1 otherwise
+(the report is written either way and names the failed arms).
+"""
+
+from collections.abc import Sequence
+import dataclasses
+import pathlib
+import sys
+
+from absl import app
+from absl import flags
+
+from tunix_mcjax.bench import arms as arms_lib
+from tunix_mcjax.bench import harness
+
+_MODE = flags.DEFINE_enum("mode", "quick", sorted(arms_lib.MODES),
+                          "quick: < 10 min on 2 cores; full: the protocol's"
+                          " 20 batches x 2 passes and the whole 0.6B tree.")
+_OUT = flags.DEFINE_string("out", "runs/bench", "Output folder.")
+_ARMS = flags.DEFINE_list("arms", [], "Run only these arms (default: all).")
+_STEPS = flags.DEFINE_integer("steps", None, "Override batches per pass.")
+_MICRO = flags.DEFINE_boolean("micro", True, "Run the micro-benchmarks.")
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  mode = arms_lib.MODES[_MODE.value]
+  if _ARMS.value:
+    known = {a.name: a for a in mode.arms}
+    unknown = sorted(set(_ARMS.value) - set(known))
+    if unknown:
+      raise app.UsageError(f"Unknown arms {unknown}; known: {sorted(known)}.")
+    mode = dataclasses.replace(
+        mode, arms=tuple(known[n] for n in _ARMS.value))
+  if _STEPS.value is not None:
+    mode = dataclasses.replace(
+        mode, workload=dataclasses.replace(mode.workload, steps=_STEPS.value))
+  out = pathlib.Path(_OUT.value)
+  report = harness.run_bench(mode, out, with_micro=_MICRO.value)
+  print((out / "report.md").read_text(), flush=True)
+  print(f"[bench] wrote {out / 'report.json'}, {out / 'report.md'} and"
+        f" {len(report['outputs']['plots'])} plots in"
+        f" {report['bench_wall_s']:.0f} s", flush=True)
+  failed = [n for n, a in report["arms"].items() if not a["ok"]]
+  if failed:
+    print(f"[bench] FAILED arms: {failed}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,202 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Benchmark arms, workloads and the two modes (quick, full)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+BASELINE = "tunix"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Arm:
+  """One configuration of the GRPO job, run as its own launcher invocation.
+
+  Attributes:
+    name: label in the report.
+    backend: "tunix" (stock single controller, one process over all
+      devices) or "mcjax" (one process per host).
+    num_hosts: simulated hosts (1 for "tunix").
+    devices_per_host: fake CPU devices per host.
+    profile: mcjax host optimizations ("base" or "optimized"); None for
+      "tunix".
+  """
+
+  name: str
+  backend: str
+  num_hosts: int
+  devices_per_host: int
+  profile: str | None = None
+
+  def __post_init__(self):
+    if self.backend not in ("tunix", "mcjax"):
+      raise ValueError(f"backend must be tunix or mcjax, got {self.backend}.")
+    if self.num_hosts < 1 or self.devices_per_host < 1:
+      raise ValueError("num_hosts and devices_per_host must be >= 1.")
+    if self.backend == "tunix" and (self.num_hosts != 1 or self.profile):
+      raise ValueError("The tunix arm is one process and has no profile.")
+    if self.backend == "mcjax" and self.profile not in ("base", "optimized"):
+      raise ValueError(f"mcjax arm {self.name} needs a profile.")
+
+  @property
+  def total_devices(self) -> int:
+    return self.num_hosts * self.devices_per_host
+
+  def job_flags(self) -> list[str]:
+    flags = [f"--backend={self.backend}", f"--num_hosts={self.num_hosts}",
+             f"--devices_per_host={self.devices_per_host}"]
+    if self.profile:
+      flags.append(f"--profile={self.profile}")
+    return flags
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+  """The identical work every arm does (global sizes).
+
+  Attributes:
+    steps: batches per pass; the job runs them `passes` times and the
+      report scores the last pass.
+    passes: passes over the same batches (the protocol uses 2).
+    batch_size: prompts per step.
+    num_generations: samples per prompt.
+    max_new_tokens: completion budget.
+    learning_rate: Adam step size.
+    seed: model, data and sampling seed.
+    dataset: "toy" or "gsm8k:PATH".
+    max_prompt_length: tokens the sampler pads prompts to.
+  """
+
+  steps: int
+  passes: int = 2
+  batch_size: int = 16
+  num_generations: int = 8
+  max_new_tokens: int = 8
+  learning_rate: float = 5e-3
+  seed: int = 0
+  dataset: str = "toy"
+  max_prompt_length: int = 4
+
+  def __post_init__(self):
+    if self.steps < 1 or self.passes < 1:
+      raise ValueError("steps and passes must be >= 1.")
+
+  def job_flags(self) -> list[str]:
+    return [
+        f"--steps={self.steps}", f"--passes={self.passes}",
+        f"--batch_size={self.batch_size}",
+        f"--num_generations={self.num_generations}",
+        f"--max_new_tokens={self.max_new_tokens}",
+        f"--max_prompt_length={self.max_prompt_length}",
+        f"--learning_rate={self.learning_rate}", f"--seed={self.seed}",
+        f"--dataset={self.dataset}",
+    ]
+
+  def scored(self, step: int) -> bool:
+    """Whether a (1-based) step belongs to the scored (last) pass."""
+    return step > self.steps * (self.passes - 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MicroConfig:
+  """Sizes of the micro-benchmarks."""
+
+  layers: int = 28
+  devices_per_host: int = 2
+  repeats: int = 3
+  rows: int = 32
+  max_tokens: int = 32
+  admission_prompts: int = 128
+  admission_hosts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchMode:
+  """A benchmark mode: arms, their shared workload, micro-benchmarks."""
+
+  name: str
+  arms: tuple[Arm, ...]
+  workload: Workload
+  micro: MicroConfig | None
+  arm_timeout_s: int = 900
+
+  def __post_init__(self):
+    names = [a.name for a in self.arms]
+    if len(set(names)) != len(names):
+      raise ValueError(f"Arm names must be unique: {names}.")
+    totals = {a.total_devices for a in self.arms}
+    if len(totals) != 1:
+      raise ValueError(f"Arms must have equal total devices, got {totals}.")
+    w = self.workload
+    for a in self.arms:
+      prompts, rem = divmod(w.batch_size, a.num_hosts)
+      if rem or (prompts * w.num_generations) % a.devices_per_host:
+        raise ValueError(
+            f"Arm {a.name}: batch {w.batch_size} x {w.num_generations} does"
+            f" not divide over {a.num_hosts} hosts x {a.devices_per_host}"
+            " devices."
+        )
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def standard_arms(total_devices: int) -> tuple[Arm, ...]:
+  """tunix; mcjax base and optimized at 2 hosts; optimized at 1 and 4 hosts."""
+  if total_devices % 4:
+    raise ValueError("total_devices must be a multiple of 4.")
+  return (
+      Arm(name=BASELINE, backend="tunix", num_hosts=1,
+          devices_per_host=total_devices),
+      Arm(name="mcjax-base", backend="mcjax", num_hosts=2,
+          devices_per_host=total_devices // 2, profile="base"),
+      Arm(name="mcjax-optimized", backend="mcjax", num_hosts=2,
+          devices_per_host=total_devices // 2, profile="optimized"),
+      Arm(name="mcjax-optimized-1host", backend="mcjax", num_hosts=1,
+          devices_per_host=total_devices, profile="optimized"),
+      Arm(name="mcjax-optimized-4hosts", backend="mcjax", num_hosts=4,
+          devices_per_host=total_devices // 4, profile="optimized"),
+  )
+
+
+MODES = {
+    # Under 10 minutes on a 2-core machine, start-up and compilation included.
+    "quick": BenchMode(
+        name="quick",
+        arms=standard_arms(4),
+        workload=Workload(steps=10, batch_size=16, num_generations=8,
+                          max_new_tokens=8),
+        micro=MicroConfig(layers=2, repeats=3, rows=32, max_tokens=32),
+        arm_timeout_s=400,
+    ),
+    # The protocol's 20 batches, twice; the whole Qwen3-0.6B-shaped tree.
+    "full": BenchMode(
+        name="full",
+        arms=standard_arms(8),
+        workload=Workload(steps=20, batch_size=32, num_generations=16,
+                          max_new_tokens=16),
+        micro=MicroConfig(layers=28, repeats=5, rows=64, max_tokens=64),
+        arm_timeout_s=3600,
+    ),
+}
+
+# Ratios reported besides "each arm vs the baseline": (baseline, other).
+EXTRA_COMPARISONS = (
+    ("mcjax-base", "mcjax-optimized"),  # What O1-O4 buy.
+    ("mcjax-optimized-1host", "mcjax-optimized"),  # 1 -> 2 hosts.
+    ("mcjax-optimized-1host", "mcjax-optimized-4hosts"),  # 1 -> 4 hosts.
+)

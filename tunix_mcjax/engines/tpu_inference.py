@@ -1,0 +1,663 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Publication into tpu-inference (vLLM's JAX backend on TPU), host-locally.
+
+Two parts:
+
+1. Pure JAX, tested on CPU (tests/engines/test_tpu_inference.py): a plan
+   mapping the trainer's Qwen3 parameters onto the parameter layout of
+   tpu-inference's flax_nnx Qwen3 (`tpu_inference/models/jax/qwen3.py`,
+   read at vllm-project/tpu-inference b8692ff, Aug 2026), and `local_write`,
+   which writes a published, host-local parameter tree into an engine state
+   of that layout with ONE jitted program: renaming, the per-layer unstack
+   of scanned (stacked) trainer layers, KV-head replication for tensor
+   parallelism, vocabulary padding, the dtype cast and the placement into
+   the engine's shardings all happen in that program. Upstream
+   (`tunix.generate.utils.transfer_state_with_mappings`) dispatches one
+   slice per layer and parameter and reshards each separately. The old
+   engine buffers are donated, so XLA can write the new weights in place
+   instead of holding two copies.
+
+2. `TpuInferenceEngine`, a deliberately thin wrapper that drives Tunix's
+   vLLM rollout (`tunix.rl.rollout.vllm_rollout.VllmRollout`) on the host's
+   local mesh (in-process engine, local `device_indexes`,
+   `MODEL_IMPL_TYPE=flax_nnx`) and installs publications with
+   `local_write`. IT HAS NEVER BEEN RUN: tpu-inference only runs on TPU and
+   cannot be installed next to Tunix 0.1.7 here (see
+   docs/platform-notes.md). Treat it as a reviewed sketch.
+
+tpu-inference Qwen3 state (names as in `model_runner.state`; N/K/H padded as
+`tpu_inference.utils.get_padded_num_heads` / `get_padded_head_dim` say,
+V aligned to the tensor-parallel size):
+
+  model.embed_tokens.weight                       [V', D]
+  model.layers.i.input_layernorm.weight           [D]
+  model.layers.i.self_attn.q_proj.weight          [D, N', H'] ("DNH"; or
+                                                  [N', D, H'] with
+                                                  LAYOUT_Q_PROJ_AS_NDH)
+  model.layers.i.self_attn.{k,v}_proj.weight      [D, K', H']
+  model.layers.i.self_attn.o_proj.weight          [N', H', D]
+  model.layers.i.self_attn.{q,k}_norm.weight      [H']
+  model.layers.i.post_attention_layernorm.weight  [D]
+  model.layers.i.mlp.{gate,up}_proj.weight        [D, F]
+  model.layers.i.mlp.down_proj.weight             [F, D]
+  model.norm.weight                               [D]
+  lm_head.weight                                  [D, V'] (untied only)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import os
+import tempfile
+import threading
+from typing import Any
+
+from absl import logging
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import jaxtyping
+import numpy as np
+
+from tunix_mcjax.engines import base
+from tunix_mcjax.engines import native
+from tunix_mcjax.engines import vllm_mapping
+
+Mesh = jax.sharding.Mesh
+NamedSharding = jax.sharding.NamedSharding
+PartitionSpec = jax.sharding.PartitionSpec
+
+_TRANSFORMS = ("copy", "repeat_heads", "pad_rows", "pad_cols", "dnh_to_ndh")
+
+
+def _padded_head_dim(head_dim: int) -> int:
+  # tpu_inference.utils.get_padded_head_dim.
+  return 64 if head_dim == 64 else (head_dim + 127) // 128 * 128
+
+
+def _padded_num_heads(num_heads: int, tp_size: int) -> int:
+  # tpu_inference.utils.get_padded_num_heads.
+  if num_heads >= tp_size:
+    if num_heads % tp_size:
+      raise ValueError(
+          f"{num_heads} heads do not divide over tensor parallelism {tp_size}."
+      )
+    return num_heads
+  if tp_size % num_heads:
+    raise ValueError(
+        f"tensor parallelism {tp_size} is not a multiple of {num_heads} heads."
+    )
+  return tp_size
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TargetParam:
+  """How one engine parameter is computed from one trainer parameter.
+
+  Attributes:
+    name: the engine state's dotted name, e.g.
+      "model.layers.3.self_attn.q_proj.weight".
+    source: the trainer's dotted name, e.g. "layers.3.attn.q_proj.w", or
+      for scanned trainer layers "layers.attn.q_proj.w".
+    layer: with a scanned source, which layer to take.
+    layer_axis: with a scanned source, the axis holding the layers.
+    transform: after taking the layer: "copy"; "repeat_heads" (repeat
+      each head `factor` times along `axis`: KV heads replicated for tensor
+      parallelism, as grouped-query attention allows); "pad_rows" /
+      "pad_cols" (zero-pad axis 0 / 1 to `size`: the vocabulary);
+      "dnh_to_ndh" (q_proj in tpu-inference's LAYOUT_Q_PROJ_AS_NDH layout).
+    axis: the axis of "repeat_heads".
+    factor: the repeat factor of "repeat_heads".
+    size: the padded size of "pad_rows" / "pad_cols".
+  """
+
+  name: str
+  source: str
+  layer: int | None = None
+  layer_axis: int | None = None
+  transform: str = "copy"
+  axis: int = 0
+  factor: int = 1
+  size: int = 0
+
+  def __post_init__(self):
+    if self.transform not in _TRANSFORMS:
+      raise ValueError(f"{self.name}: transform must be one of {_TRANSFORMS};"
+                       f" got {self.transform!r}.")
+    if (self.layer is None) != (self.layer_axis is None):
+      raise ValueError(f"{self.name}: give both layer and layer_axis (scanned"
+                       " source) or neither.")
+    if self.transform == "repeat_heads" and self.factor < 2:
+      raise ValueError(f"{self.name}: repeat_heads needs factor >= 2.")
+    if self.transform in ("pad_rows", "pad_cols") and self.size < 1:
+      raise ValueError(f"{self.name}: {self.transform} needs a size.")
+
+  def apply(self, x: jax.Array) -> jax.Array:
+    """Traced inside the writer's jit: one trainer array -> this parameter."""
+    if self.layer is not None:
+      x = jax.lax.index_in_dim(x, self.layer, self.layer_axis, keepdims=False)
+    if self.transform == "repeat_heads":
+      x = jnp.repeat(x, self.factor, axis=self.axis)
+    elif self.transform == "pad_rows":
+      x = jnp.pad(x, ((0, self.size - x.shape[0]), (0, 0)))
+    elif self.transform == "pad_cols":
+      x = jnp.pad(x, ((0, 0), (0, self.size - x.shape[1])))
+    elif self.transform == "dnh_to_ndh":
+      x = jnp.transpose(x, (1, 0, 2))
+    return x
+
+
+def qwen3_plan(
+    config: Any,
+    *,
+    tp_size: int = 1,
+    scanned: bool = False,
+    layer_axis: int = 0,
+    q_proj_layout: str = "DNH",
+) -> tuple[TargetParam, ...]:
+  """The plan: Tunix Qwen3 trainer parameters -> tpu-inference Qwen3 state.
+
+  Args:
+    config: the trainer's `tunix.models.qwen3.model.ModelConfig` (dense).
+    tp_size: the engine's tensor-parallel size (its "model" mesh axis).
+    scanned: the trainer stacks its layers: every per-layer parameter is one
+      array named without the layer index ("layers.attn.q_proj.w"), with
+      the layers along `layer_axis` (e.g. a Tunix-layout trainer built with
+      nnx.scan; MaxText's scanned decoder uses axis 1).
+    layer_axis: the layer axis of scanned parameters.
+    q_proj_layout: "DNH" (tpu-inference's default) or "NDH"
+      (LAYOUT_Q_PROJ_AS_NDH=1).
+
+  Returns:
+    One `TargetParam` per engine parameter.
+
+  Raises:
+    ValueError: for layouts the engine would compute differently from the
+      trainer (a padded head dimension changes Qwen3's q/k RMS norms;
+      padded query heads would be summed twice by o_proj).
+  """
+  if getattr(config, "num_experts", None):
+    raise NotImplementedError("Only dense Qwen3 models are mapped.")
+  if q_proj_layout not in ("DNH", "NDH"):
+    raise ValueError(f"q_proj_layout must be 'DNH' or 'NDH'; got"
+                     f" {q_proj_layout!r}.")
+  h = config.head_dim
+  if _padded_head_dim(h) != h:
+    raise ValueError(
+        f"tpu-inference pads head_dim {h} to {_padded_head_dim(h)}; its"
+        " RMS norms over the padded width would then differ from the"
+        " trainer's. Use head_dim 64 or a multiple of 128."
+    )
+  if _padded_num_heads(config.num_heads, tp_size) != config.num_heads:
+    raise ValueError(
+        f"{config.num_heads} query heads would be padded to {tp_size} for"
+        " tensor parallelism, which this mapping does not support."
+    )
+  kv = _padded_num_heads(config.num_kv_heads, tp_size)
+  v_pad = -(-config.vocab_size // tp_size) * tp_size
+
+  def per_layer(i: int, src_suffix: str) -> dict[str, Any]:
+    if scanned:
+      return dict(source=f"layers.{src_suffix}", layer=i,
+                  layer_axis=layer_axis)
+    return dict(source=f"layers.{i}.{src_suffix}")
+
+  plan = [
+      TargetParam(
+          name="model.embed_tokens.weight", source="embedder.input_embedding",
+          **({"transform": "pad_rows", "size": v_pad}
+             if v_pad != config.vocab_size else {}),
+      )
+  ]
+  kv_repeat = (
+      {"transform": "repeat_heads", "axis": 1,
+       "factor": kv // config.num_kv_heads}
+      if kv != config.num_kv_heads else {}
+  )
+  for i in range(config.num_layers):
+    pre = f"model.layers.{i}."
+    plan += [
+        TargetParam(name=pre + "input_layernorm.weight",
+                    **per_layer(i, "input_layernorm.w")),
+        TargetParam(name=pre + "self_attn.q_proj.weight",
+                    **per_layer(i, "attn.q_proj.w"),
+                    **({"transform": "dnh_to_ndh"}
+                       if q_proj_layout == "NDH" else {})),
+        TargetParam(name=pre + "self_attn.k_proj.weight",
+                    **per_layer(i, "attn.k_proj.w"), **kv_repeat),
+        TargetParam(name=pre + "self_attn.v_proj.weight",
+                    **per_layer(i, "attn.v_proj.w"), **kv_repeat),
+        TargetParam(name=pre + "self_attn.o_proj.weight",
+                    **per_layer(i, "attn.o_proj.w")),
+        TargetParam(name=pre + "self_attn.q_norm.weight",
+                    **per_layer(i, "attn.q_norm.w")),
+        TargetParam(name=pre + "self_attn.k_norm.weight",
+                    **per_layer(i, "attn.k_norm.w")),
+        TargetParam(name=pre + "post_attention_layernorm.weight",
+                    **per_layer(i, "post_attention_layernorm.w")),
+        TargetParam(name=pre + "mlp.gate_proj.weight",
+                    **per_layer(i, "mlp.gate_proj.kernel")),
+        TargetParam(name=pre + "mlp.up_proj.weight",
+                    **per_layer(i, "mlp.up_proj.kernel")),
+        TargetParam(name=pre + "mlp.down_proj.weight",
+                    **per_layer(i, "mlp.down_proj.kernel")),
+    ]
+  plan.append(TargetParam(name="model.norm.weight", source="final_norm.w"))
+  if not config.use_tied_embedding:
+    plan.append(TargetParam(
+        name="lm_head.weight", source="lm_head.w",
+        **({"transform": "pad_cols", "size": v_pad}
+           if v_pad != config.vocab_size else {}),
+    ))
+  return tuple(plan)
+
+
+def _key_name(k: Any) -> Any:
+  for attr in ("key", "idx", "name"):
+    if hasattr(k, attr):
+      return getattr(k, attr)
+  return str(k)
+
+
+def flatten_named(tree: Any) -> tuple[dict[str, Any], Any, list[str]]:
+  """Leaves of a (nnx.State / dict) tree by dotted name, plus its treedef.
+
+  The trailing `.value` of nnx Variables is dropped: "layers.0.attn.q_proj.w".
+
+  Returns:
+    (name -> leaf, treedef, names in leaf order).
+  """
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+  names = []
+  for path, _ in leaves:
+    parts = [_key_name(k) for k in path]
+    if parts and parts[-1] in ("value", "raw_value"):
+      parts = parts[:-1]
+    names.append(".".join(str(p) for p in parts))
+  if len(set(names)) != len(names):
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    raise ValueError(f"Parameter names are not unique: {dupes[:5]}.")
+  return {n: x for n, (_, x) in zip(names, leaves)}, treedef, names
+
+
+def _signature(flat: Mapping[str, Any]) -> tuple[Any, ...]:
+  return tuple(
+      (n, tuple(x.shape), str(x.dtype), getattr(x, "sharding", None))
+      for n, x in flat.items()
+  )
+
+
+class LocalWriter:
+  """One jitted program: trainer parameters -> a new engine state.
+
+  Built once per (plan, trainer layout, engine layout) and reused for every
+  publication; `local_write` caches writers.
+  """
+
+  def __init__(
+      self,
+      plan: Sequence[TargetParam],
+      *,
+      src: Mapping[str, Any],
+      dst: Mapping[str, Any],
+      donate: bool = True,
+  ):
+    """Checks the plan against both layouts and compiles lazily.
+
+    Args:
+      plan: from e.g. `qwen3_plan`.
+      src: trainer name -> array / ShapeDtypeStruct (flat, dotted names).
+      dst: engine name -> array / ShapeDtypeStruct with a sharding.
+      donate: donate the old engine buffers to the write (in-place update).
+
+    Raises:
+      ValueError: naming the first engine or trainer parameter that is
+        missing, unmatched, or whose mapped shape differs.
+    """
+    plan = tuple(plan)
+    by_name = {t.name: t for t in plan}
+    if len(by_name) != len(plan):
+      raise ValueError("The plan names an engine parameter twice.")
+    missing_dst = [n for n in dst if n not in by_name]
+    if missing_dst:
+      raise ValueError(
+          f"Engine parameter {missing_dst[0]!r} has no source in the plan"
+          f" ({len(missing_dst)} in all); it would keep stale weights."
+      )
+    extra = [t.name for t in plan if t.name not in dst]
+    if extra:
+      raise ValueError(f"The plan writes {extra[0]!r}, which the engine state"
+                       " does not have.")
+    missing_src = [t for t in plan if t.source not in src]
+    if missing_src:
+      raise ValueError(
+          f"Trainer parameter {missing_src[0].source!r} (for engine"
+          f" {missing_src[0].name!r}) is missing from the published tree."
+      )
+    used = {t.source for t in plan}
+    unused = sorted(n for n in src if n not in used)
+    if unused:
+      raise ValueError(
+          f"Trainer parameter {unused[0]!r} has no place in the engine"
+          f" ({len(unused)} unmatched in all); nothing is dropped silently."
+      )
+    self._order = [n for n in dst]  # Output order = engine leaf order.
+    self._src_names = sorted(used)
+    src_abs = [jax.ShapeDtypeStruct(tuple(src[n].shape), src[n].dtype)
+               for n in self._src_names]
+    dst_dtypes = [dst[n].dtype for n in self._order]
+
+    def transform(src_leaves, old_leaves):
+      del old_leaves  # Donated: XLA may write the outputs into them.
+      named = dict(zip(self._src_names, src_leaves))
+      return [
+          by_name[n].apply(named[by_name[n].source]).astype(dt)
+          for n, dt in zip(self._order, dst_dtypes)
+      ]
+
+    out_abs = jax.eval_shape(transform, src_abs,
+                             [dst[n] for n in self._order])
+    for n, got in zip(self._order, out_abs):
+      want = tuple(dst[n].shape)
+      if tuple(got.shape) != want:
+        t = by_name[n]
+        raise ValueError(
+            f"Engine parameter {n!r} has shape {want}, but trainer parameter"
+            f" {t.source!r} {tuple(src[t.source].shape)} maps to"
+            f" {tuple(got.shape)}."
+        )
+    shardings = [getattr(dst[n], "sharding", None) for n in self._order]
+    self._fn = jax.jit(
+        transform,
+        out_shardings=shardings,
+        donate_argnums=(1,) if donate else (),
+        # The old leaves are unused; jit would prune them (and so not donate
+        # them) without keep_unused.
+        keep_unused=donate,
+    )
+    self.num_dispatches = 0
+
+  def __call__(
+      self, src: Mapping[str, jax.Array], dst: Mapping[str, jax.Array]
+  ) -> list[jax.Array]:
+    """New engine leaves in `dst` order (one program dispatch)."""
+    self.num_dispatches += 1
+    return self._fn([src[n] for n in self._src_names],
+                     [dst[n] for n in self._order])
+
+
+_WRITERS: dict[Any, LocalWriter] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def local_write(
+    engine_state: Any,
+    new_params: Any,
+    *,
+    plan: Sequence[TargetParam],
+    donate: bool = True,
+) -> Any:
+  """Writes published trainer parameters into an engine state, locally.
+
+  Args:
+    engine_state: the engine's parameter state (e.g. tpu-inference's
+      `model_runner.state`: an nnx.State whose leaves are arrays on the
+      engine's mesh, named as in the module docstring).
+    new_params: the trainer's parameters, already on this host (the
+      publisher's output: `nnx.state(model, nnx.Param)` layout, any
+      host-local sharding whose devices are the engine's).
+    plan: e.g. `qwen3_plan(config, tp_size=...)`.
+    donate: donate `engine_state`'s buffers (they are invalid afterwards;
+      use the returned state).
+
+  Returns:
+    A state of `engine_state`'s structure, shardings and dtypes holding the
+    new weights.
+
+  Raises:
+    ValueError: naming the offending parameter on any name or shape
+      mismatch (before anything is written).
+  """
+  dst, treedef, _ = flatten_named(engine_state)
+  src, _, _ = flatten_named(new_params)
+  plan = tuple(plan)
+  key = (plan, _signature(src), _signature(dst), donate)
+  with _WRITERS_LOCK:
+    writer = _WRITERS.get(key)
+    if writer is None:
+      writer = LocalWriter(plan, src=src, dst=dst, donate=donate)
+      _WRITERS[key] = writer
+  return jax.tree_util.tree_unflatten(treedef, writer(src, dst))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TpuInferenceOptions:
+  """Options of `TpuInferenceEngine`.
+
+  Attributes:
+    keep_kv_cache: keep the KV cache allocated across publications (the
+      prefix cache is reset either way); False deletes and re-creates it
+      around each write, as Tunix's vLLM sampler does.
+    tensor_parallel_size: the engine's "model" axis size; None: all of the
+      engine mesh's devices (one replica per host).
+    hbm_utilization: fraction of HBM vLLM may take.
+    q_proj_layout: tpu-inference's q_proj layout ("DNH" unless the engine
+      runs with LAYOUT_Q_PROJ_AS_NDH=1).
+    config_dir: where to write config.json; None: a temporary directory.
+  """
+
+  keep_kv_cache: bool = True
+  tensor_parallel_size: int | None = None
+  hbm_utilization: float = 0.3
+  q_proj_layout: str = "DNH"
+  config_dir: str | None = None
+
+  def __post_init__(self):
+    if self.tensor_parallel_size is not None and self.tensor_parallel_size < 1:
+      raise ValueError("tensor_parallel_size must be >= 1.")
+    if not 0.0 < self.hbm_utilization <= 1.0:
+      raise ValueError("hbm_utilization must be in (0, 1].")
+    if self.q_proj_layout not in ("DNH", "NDH"):
+      raise ValueError("q_proj_layout must be 'DNH' or 'NDH'.")
+
+
+class TpuInferenceEngine(base.Engine):
+  """Tunix's vLLM rollout (tpu-inference) on this host, fed by `local_write`.
+
+  NOT RUN ANYWHERE: written against Tunix 0.1.7's `VllmRollout` and
+  tpu-inference's Aug-2026 main, but tpu-inference only runs on TPU and no
+  TPU was available; only the pure-JAX part above is tested (on CPU).
+
+  Set-up per host: `VLLM_ENABLE_V1_MULTIPROCESSING=0` (in-process engine),
+  `MODEL_IMPL_TYPE=flax_nnx` (the state layout `qwen3_plan` targets),
+  `TPU_MULTIHOST_BACKEND` unset, and Tunix's vLLM config built on
+  `engine_mesh` (this host's devices), so its `device_indexes` are local.
+  tpu-inference has no per-request seeds, so sampling here is not
+  placement-invariant (Tunix passes one seed for all rows).
+  """
+
+  def __init__(
+      self,
+      *,
+      rollout_actor: nnx.Module | None = None,
+      tokenizer: Any,
+      mesh: Mesh | None = None,
+      rollout_config: Any = None,
+      engine_mesh: Mesh | None = None,
+      row_ids: base.RowIdSource | None = None,
+      seed: int | None = None,
+      initial_model: nnx.Module | None = None,
+      reshard_on_update: bool = False,
+      options: TpuInferenceOptions | None = None,
+  ):
+    del row_ids, reshard_on_update  # See the class docstring.
+    self._options = options or TpuInferenceOptions()
+    engine_mesh = mesh if engine_mesh is None else engine_mesh
+    if engine_mesh is None or rollout_config is None:
+      raise ValueError("TpuInferenceEngine needs engine_mesh (or mesh) and"
+                       " rollout_config.")
+    native._check_engine_mesh(engine_mesh)  # pylint: disable=protected-access
+    if jax.default_backend() != "tpu":
+      raise RuntimeError(
+          "The 'vllm_tpu' engine runs tpu-inference, which needs TPUs (this"
+          f" process's JAX backend is {jax.default_backend()!r}); on GPU or"
+          " CPU use the 'vllm' engine."
+      )
+    source = rollout_actor if initial_model is None else initial_model
+    if source is None:
+      raise ValueError("TpuInferenceEngine needs rollout_actor or"
+                       " initial_model.")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ["MODEL_IMPL_TYPE"] = "flax_nnx"
+    os.environ.pop("TPU_MULTIHOST_BACKEND", None)
+    # Imported here: vllm_rollout imports vLLM, absent outside TPU set-ups.
+    from tunix.rl.rollout import vllm_rollout  # pylint: disable=g-import-not-at-top
+
+    self._engine_mesh = engine_mesh
+    self._replicated = NamedSharding(engine_mesh, PartitionSpec())
+    tp = self._options.tensor_parallel_size or engine_mesh.size
+    config = source.config
+    self._plan = qwen3_plan(config, tp_size=tp,
+                            q_proj_layout=self._options.q_proj_layout)
+    self._tmpdir = None
+    config_dir = self._options.config_dir
+    if config_dir is None:
+      self._tmpdir = tempfile.TemporaryDirectory(prefix="tunix_mcjax_tpu_")
+      config_dir = self._tmpdir.name
+    eos = rollout_config.eos_tokens or None
+    vllm_mapping.write_hf_config_dir(config_dir, vllm_mapping.qwen3_hf_config(
+        config, bos_id=None, eos_id=eos, pad_id=None,
+        max_position_embeddings=max(
+            rollout_config.kv_cache_size,
+            rollout_config.max_prompt_length
+            + rollout_config.max_tokens_to_generate),
+        torch_dtype=np.dtype(
+            rollout_config.data_type or config.param_dtype).name,
+    ))
+    cfg = dataclasses.replace(
+        rollout_config,
+        seed=rollout_config.seed if seed is None else seed,
+        rollout_vllm_model_version=config_dir,
+        rollout_vllm_init_with_random_weights=True,
+        rollout_vllm_hbm_utilization=self._options.hbm_utilization,
+        tensor_parallel_size=tp,
+        data_parallel_size=engine_mesh.size // tp,
+        rollout_vllm_kwargs={
+            **(rollout_config.rollout_vllm_kwargs or {}),
+            "skip_tokenizer_init": True,
+        },
+    )
+    with native.use_mesh(engine_mesh):
+      # Tunix's VllmRollout installs the first weights with its own
+      # (per-layer) transfer; later publications go through local_write.
+      self._rollout = vllm_rollout.VllmRollout(
+          source, tokenizer,
+          cache_config_or_size=cfg.kv_cache_size, mesh=engine_mesh,
+          rollout_config=cfg,
+      )
+    self._target = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                       sharding=self._replicated),
+        nnx.state(source, nnx.Param),
+    )
+    logging.warning("TpuInferenceEngine has never been run (no TPU was"
+                    " available when it was written).")
+
+  @property
+  def engine_mesh(self) -> Mesh:
+    return self._engine_mesh
+
+  def param_shardings(self) -> Any:
+    return jax.tree.map(lambda s: s.sharding, self._target)
+
+  def publication_target(self) -> Any:
+    return self._target
+
+  @property
+  def _sampler(self) -> Any:
+    return self._rollout._sampler  # pylint: disable=protected-access
+
+  def update_params(
+      self,
+      params: jaxtyping.PyTree,
+      filter_types: tuple[Any, ...] | None = None,
+  ) -> None:
+    del filter_types
+    sampler = self._sampler
+    llm = sampler.llm
+    runner = sampler._model_runner  # pylint: disable=protected-access
+    llm.reset_prefix_cache()
+    if not self._options.keep_kv_cache:
+      llm.collective_rpc("delete_kv_cache")
+    new_state = local_write(runner.state, params, plan=self._plan)
+    runner.state = new_state
+    if hasattr(runner, "state_leaves"):
+      # tpu-inference's jitted model reads these flattened leaves.
+      runner.state_leaves = (
+          tuple(jax.tree_util.tree_leaves(new_state))
+          if isinstance(new_state, nnx.State) else new_state
+      )
+    if not self._options.keep_kv_cache:
+      llm.collective_rpc("reinitialize_kv_cache")
+
+  def generate(self, prompts: Sequence[str], rollout_config: Any,
+               **kwargs: Any) -> Any:
+    out = self._rollout.generate(list(prompts), rollout_config, **kwargs)
+    # Tunix's vLLM sampler keeps the stop token and pads; strip both so the
+    # rows look like the native engine's.
+    stop = list(rollout_config.eos_tokens or [self.eos_id()])
+    pad = self.pad_id()
+    tokens = []
+    for t in out.tokens:
+      t = np.asarray(t)
+      ends = np.flatnonzero(np.isin(t, stop))
+      t = t[:ends[0]] if ends.size else t
+      real = np.flatnonzero(t != pad)
+      tokens.append(t[:real[-1] + 1 if real.size else 0].astype(np.int32))
+    return dataclasses.replace(out, tokens=tokens)
+
+  def get_per_token_logps(self, prompt_tokens, completion_tokens):
+    return self._rollout.get_per_token_logps(prompt_tokens, completion_tokens)
+
+  def pad_id(self) -> int:
+    return self._rollout.pad_id()
+
+  def eos_id(self) -> int:
+    return self._rollout.eos_id()
+
+  def model(self) -> None:
+    return None
+
+
+# Convenience for tests and callers holding a model rather than a state.
+def trainer_names(model_or_state: Any) -> list[str]:
+  """Dotted parameter names of a Tunix model or state (for diagnostics)."""
+  state = (nnx.state(model_or_state, nnx.Param)
+           if isinstance(model_or_state, nnx.Module) else model_or_state)
+  return flatten_named(state)[2]
+
+
+__all__ = [
+    "LocalWriter",
+    "TargetParam",
+    "TpuInferenceEngine",
+    "TpuInferenceOptions",
+    "flatten_named",
+    "local_write",
+    "qwen3_plan",
+    "trainer_names",
+]

