@@ -28,6 +28,7 @@ two lines inline) so a test can check afterwards, with
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import json
 import os
 import pathlib
 import signal
@@ -206,3 +207,23 @@ def assert_no_survivors(pids: Sequence[int], wait_s: float = 2.0) -> None:
     time.sleep(0.05)
     alive = [pid for pid in alive if is_alive(pid)]
   assert not alive, f"processes outlived the launcher: {alive}"
+
+
+def host_results(
+    result: subprocess.CompletedProcess[str],
+    num_hosts: int,
+    *,
+    tag: str = "RESULT ",
+) -> dict[int, dict]:
+  """Per-host JSON records that host scripts print as `RESULT {...}` lines.
+
+  Each record must carry its "host" index; every host must have reported.
+  """
+  out = {}
+  for line in result.stdout.splitlines():
+    if tag in line:
+      rec = json.loads(line.split(tag, 1)[1])
+      out[rec["host"]] = rec
+  assert sorted(out) == list(range(num_hosts)), describe(result)
+  return out
+

@@ -14,7 +14,6 @@
 
 """McJaxRLCluster configuration checks and the backend registry."""
 
-import json
 import textwrap
 
 import launch_utils
@@ -92,13 +91,7 @@ def two_host_results(tmp_path_factory):
   res = launch_utils.run_launched(script, num_hosts=2, devices_per_host=2,
                                   timeout=240)
   launch_utils.assert_ok(res)
-  out = {}
-  for line in res.stdout.splitlines():
-    if "RESULT " in line:
-      rec = json.loads(line.split("RESULT ", 1)[1])
-      out[rec["host"]] = rec
-  assert sorted(out) == [0, 1], res.stdout[-3000:]
-  return out
+  return launch_utils.host_results(res, 2)
 
 
 def test_disjoint_meshes_are_refused(two_host_results):

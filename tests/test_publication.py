@@ -21,7 +21,6 @@ equal the gathered trainer parameters and that the engine's next-token
 logits equal the trainer model's on the same tokens.
 """
 
-import json
 import textwrap
 
 import launch_utils
@@ -135,13 +134,7 @@ def results(tmp_path_factory):
   res = launch_utils.run_launched(script, num_hosts=2, devices_per_host=2,
                                   timeout=240)
   launch_utils.assert_ok(res)
-  out = {}
-  for line in res.stdout.splitlines():
-    if "RESULT " in line:
-      rec = json.loads(line.split("RESULT ", 1)[1])
-      out[rec["host"]] = rec
-  assert sorted(out) == [0, 1], res.stdout[-3000:]
-  return out
+  return launch_utils.host_results(res, 2)
 
 
 def test_engine_params_equal_gathered_trainer_params(results):

@@ -145,7 +145,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
 
   info = runtime.initialize()
   import jax  # pylint: disable=g-import-not-at-top
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
@@ -252,6 +251,9 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       ),
       reward_fns=reward_fns,
   )
+  if cfg.dump_dir:
+    # Lets tests check that training moved the parameters at all.
+    init_params = _gathered_params(cluster.actor_trainer.model)
   t0 = time.perf_counter()
   learner.train(train_ds)
   wall = time.perf_counter() - t0
@@ -265,23 +267,28 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   summary = {"backend": cfg.backend, "num_hosts": info.process_count,
              "steps": len(records), "wall_s": wall, "records": records}
   if cfg.dump_dir:
-    params = jax.tree.map(
-        np.asarray,
-        multihost_utils.process_allgather(
-            jax.tree.map(lambda x: x,
-                         dict(_flat_params(cluster.actor_trainer.model))),
-            tiled=True,
-        ),
-    )
+    params = _gathered_params(cluster.actor_trainer.model)
     os.makedirs(cfg.dump_dir, exist_ok=True)
     host = info.process_index
     with open(os.path.join(cfg.dump_dir, f"rollouts_host{host}.json"), "w") as f:
       json.dump(recorder.calls, f)
     if host == 0:
       np.savez(os.path.join(cfg.dump_dir, "params.npz"), **params)
+      np.savez(os.path.join(cfg.dump_dir, "params_init.npz"), **init_params)
       with open(os.path.join(cfg.dump_dir, "records.json"), "w") as f:
         json.dump(records, f)
   return summary
+
+
+def _gathered_params(model) -> dict[str, np.ndarray]:
+  """Every parameter as a full numpy array on every host (a collective)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  return jax.tree.map(
+      np.asarray,
+      multihost_utils.process_allgather(_flat_params(model), tiled=True),
+  )
 
 
 def _flat_params(model) -> dict[str, Any]:

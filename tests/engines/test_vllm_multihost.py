@@ -140,23 +140,13 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _results(res):
-  out = {}
-  for line in res.stdout.splitlines():
-    if "RESULT " in line:
-      rec = json.loads(line.split("RESULT ", 1)[1])
-      out[rec["host"]] = rec
-  return out
-
-
 def test_engines_generate_from_the_published_weights(tmp_path):
   script = tmp_path / "vllm_publish.py"
   script.write_text(_SCRIPT)
   res = launch_utils.run_launched(script, num_hosts=2, devices_per_host=2,
                                   timeout=400)
   launch_utils.assert_ok(res)
-  out = _results(res)
-  assert sorted(out) == [0, 1], launch_utils.describe(res)
+  out = launch_utils.host_results(res, 2)
   for host, rec in out.items():
     assert rec["steps"] == 1, rec
     # Before and after the step, the engine's log-probs are the trainer's.
