@@ -117,6 +117,7 @@ lock-vllm:
 lock:
 	rm -rf .venv-lock && "$(PYTHON312)" -m venv .venv-lock
 	.venv-lock/bin/pip install -q --upgrade "pip==25.3" && .venv-lock/bin/pip install -q -r requirements/main.in
+	.venv-lock/bin/pip install -q -r requirements/maxtext-cpu.in
 	{ sed -n '1,/^$$/p' requirements/main.lock; .venv-lock/bin/pip freeze --all --exclude-editable | grep -v "^pip=="; } > requirements/main.lock.new
 	mv requirements/main.lock.new requirements/main.lock && rm -rf .venv-lock
 
