@@ -218,6 +218,7 @@ def test_balancing_refuses_several_updates_per_batch():
 def test_per_parameter_and_one_call_publication_agree():
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import models, publication, runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.engines import base as engines_base  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 
   gm, lm = runtime.global_mesh(), runtime.local_mesh()
@@ -231,7 +232,7 @@ def test_per_parameter_and_one_call_publication_agree():
         rollout_actor=actor, tokenizer=models.ToyTokenizer(), engine_mesh=lm,
         rollout_config=base_rollout.RolloutConfig(
             max_tokens_to_generate=2, max_prompt_length=2),
-        row_ids=native._CounterRowIds())  # pylint: disable=protected-access
+        row_ids=engines_base.CounterRowIds())
 
   one, each = engine(), engine()
   calls = {"one": 0, "each": 0}

@@ -37,6 +37,7 @@ _SCRIPT = textwrap.dedent("""
     from tunix.rl import common
     from tunix.rl.rollout import base_rollout
     from tunix_mcjax import models, publication
+    from tunix_mcjax.engines import base as engines_base
     from tunix_mcjax.engines import native
 
     gm, lm = runtime.global_mesh(), runtime.local_mesh()
@@ -50,7 +51,7 @@ _SCRIPT = textwrap.dedent("""
         initial_model=nnx.merge(graphdef, init(full)),
         rollout_config=base_rollout.RolloutConfig(
             max_tokens_to_generate=4, max_prompt_length=4),
-        row_ids=native._CounterRowIds())
+        row_ids=engines_base.CounterRowIds())
 
     tokens = np.array([[1, 5, 6, 7, 8, 9], [1, 9, 8, 7, 6, 5]], np.int32)
     prompt, completion = tokens[:, :3], tokens[:, 3:]

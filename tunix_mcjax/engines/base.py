@@ -116,3 +116,47 @@ class Engine(base_rollout.BaseRollout, abc.ABC):
 
     return nnx.state(self.model(), nnx.Param)
 
+
+# --- Helpers shared by engine implementations ---------------------------
+
+
+class CounterRowIds:
+  """Fallback row identities: a running counter (not placement-invariant)."""
+
+  def __init__(self):
+    self._next = 0
+
+  def take(self, num_rows: int) -> np.ndarray:
+    rows = np.arange(self._next, self._next + num_rows, dtype=np.int64)
+    self._next += num_rows
+    return np.stack([rows, np.zeros_like(rows)], axis=1)
+
+
+def default_seed(rollout_config: base_rollout.RolloutConfig | None) -> int:
+  """The engine's base seed: RolloutConfig.seed when it is an int, else 0."""
+  seed = None if rollout_config is None else rollout_config.seed
+  if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+    return int(seed)
+  return 0
+
+
+def check_engine_mesh(mesh: jax.sharding.Mesh) -> None:
+  """Raises unless `mesh` is host-local with Auto axes (engines need both)."""
+  if not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError(f"engine_mesh must be a jax.sharding.Mesh; got {mesh!r}.")
+  foreign = [
+      d for d in mesh.devices.flat if d.process_index != jax.process_index()
+  ]
+  if foreign:
+    raise ValueError(
+        "engine_mesh must hold only this process's devices (it is"
+        f" host-local); it includes {foreign[:4]}."
+    )
+  axis_types = getattr(mesh, "axis_types", ())
+  auto = getattr(jax.sharding, "AxisType", None)
+  if auto is not None and any(t != auto.Auto for t in axis_types):
+    raise ValueError(
+        f"engine_mesh must have Auto axis types; got {axis_types}. Note that"
+        " jax.make_mesh defaults to Explicit axes: pass"
+        " axis_types=(jax.sharding.AxisType.Auto,) * ndim."
+    )

@@ -306,18 +306,6 @@ class PerRowKeySampler(sampler_lib.Sampler):
     )
 
 
-class _CounterRowIds:
-  """Fallback row identities: a running counter (not placement-invariant)."""
-
-  def __init__(self):
-    self._next = 0
-
-  def take(self, num_rows: int) -> np.ndarray:
-    rows = np.arange(self._next, self._next + num_rows, dtype=np.int64)
-    self._next += num_rows
-    return np.stack([rows, np.zeros_like(rows)], axis=1)
-
-
 def _key_part(k: Any) -> Any:
   for attr in ("key", "idx", "name"):
     if hasattr(k, attr):
@@ -346,13 +334,6 @@ def _flat_arrays(tree: Any) -> dict[tuple[Any, ...], Any]:
 def _variable_value(v: nnx.Variable) -> Any:
   # flax >= 0.12 deprecates `.value` in favour of `get_value()`.
   return v.get_value() if hasattr(v, "get_value") else v.value
-
-
-def _default_seed(rollout_config: base_rollout.RolloutConfig | None) -> int:
-  seed = None if rollout_config is None else rollout_config.seed
-  if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-    return int(seed)
-  return 0
 
 
 class NativeEngine(base.Engine):
@@ -423,7 +404,7 @@ class NativeEngine(base.Engine):
     engine_mesh = mesh if engine_mesh is None else engine_mesh
     if engine_mesh is None:
       raise ValueError("NativeEngine needs `engine_mesh` (or `mesh`).")
-    _check_engine_mesh(engine_mesh)
+    base.check_engine_mesh(engine_mesh)
     source = rollout_actor if initial_model is None else initial_model
     if source is None:
       raise ValueError(
@@ -447,7 +428,7 @@ class NativeEngine(base.Engine):
     self._row_sharding = NamedSharding(
         engine_mesh, PartitionSpec(tuple(engine_mesh.axis_names))
     )
-    self._seed = _default_seed(rollout_config) if seed is None else int(seed)
+    self._seed = base.default_seed(rollout_config) if seed is None else int(seed)
     self._reshard_on_update = reshard_on_update
     self._gather_fn = jax.jit(
         lambda x, dtype: x.astype(dtype),
@@ -460,7 +441,7 @@ class NativeEngine(base.Engine):
           " counter, so sampled completions depend on how rows are split"
           " across hosts and calls (sampling is not placement-invariant)."
       )
-      row_ids = _CounterRowIds()
+      row_ids = base.CounterRowIds()
     self._row_ids = row_ids
     # One jit per engine: its out_shardings names this engine's mesh.
     self._row_keys_fn = jax.jit(
@@ -737,24 +718,3 @@ def _host_rows(x: Any, name: str) -> np.ndarray:
   if x.ndim != 2:
     raise ValueError(f"{name} must have shape (B, T); got {x.shape}.")
   return x
-
-
-def _check_engine_mesh(mesh: Mesh) -> None:
-  if not isinstance(mesh, Mesh):
-    raise TypeError(f"engine_mesh must be a jax.sharding.Mesh; got {mesh!r}.")
-  foreign = [
-      d for d in mesh.devices.flat if d.process_index != jax.process_index()
-  ]
-  if foreign:
-    raise ValueError(
-        "engine_mesh must hold only this process's devices (it is"
-        f" host-local); it includes {foreign[:4]}."
-    )
-  axis_types = getattr(mesh, "axis_types", ())
-  auto = getattr(jax.sharding, "AxisType", None)
-  if auto is not None and any(t != auto.Auto for t in axis_types):
-    raise ValueError(
-        f"engine_mesh must have Auto axis types; got {axis_types}. Note that"
-        " jax.make_mesh defaults to Explicit axes: pass"
-        " axis_types=(jax.sharding.AxisType.Auto,) * ndim."
-    )

@@ -510,7 +510,7 @@ class TpuInferenceEngine(base.Engine):
     if engine_mesh is None or rollout_config is None:
       raise ValueError("TpuInferenceEngine needs engine_mesh (or mesh) and"
                        " rollout_config.")
-    native._check_engine_mesh(engine_mesh)  # pylint: disable=protected-access
+    base.check_engine_mesh(engine_mesh)
     if jax.default_backend() != "tpu":
       raise RuntimeError(
           "The 'vllm_tpu' engine runs tpu-inference, which needs TPUs (this"

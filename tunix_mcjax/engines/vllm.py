@@ -300,7 +300,7 @@ class VllmEngine(base.Engine):
     engine_mesh = mesh if engine_mesh is None else engine_mesh
     if engine_mesh is None:
       raise ValueError("VllmEngine needs `engine_mesh` (or `mesh`).")
-    native._check_engine_mesh(engine_mesh)  # pylint: disable=protected-access
+    base.check_engine_mesh(engine_mesh)
     source = rollout_actor if initial_model is None else initial_model
     if source is None:
       raise ValueError("VllmEngine needs `rollout_actor` or `initial_model`.")
@@ -321,7 +321,7 @@ class VllmEngine(base.Engine):
     self._device = engine_mesh.devices.flat[0]
     self._reshard_on_update = reshard_on_update
     self._seed = (
-        native._default_seed(rollout_config)  # pylint: disable=protected-access
+        base.default_seed(rollout_config)
         if seed is None else int(seed)
     )
     if row_ids is None:
@@ -330,7 +330,7 @@ class VllmEngine(base.Engine):
           " counter, so samples depend on how rows are split across hosts"
           " and calls (sampling is not placement-invariant)."
       )
-      row_ids = native._CounterRowIds()  # pylint: disable=protected-access
+      row_ids = base.CounterRowIds()
     self._row_ids = row_ids
     self._tokenizer = (
         tokenizer if isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter)
