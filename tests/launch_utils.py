@@ -161,13 +161,18 @@ def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
 
 
 def host_lines(output: str, host: int) -> list[str]:
-  """Lines that host `host` printed, without the `[host i] ` prefix."""
+  """Lines that host `host` printed, without the `[host i] ` prefix.
+
+  Gloo's connection notices (and the empty remainder of a Python line they
+  interrupted, which the launcher splits off) are not the host's own output.
+  """
   prefix = f"[host {host}] "
-  return [
+  lines = [
       line[len(prefix) :]
       for line in output.splitlines()
       if line.startswith(prefix)
   ]
+  return [l for l in lines if l and not l.startswith("[Gloo] ")]
 
 
 def write_pid(directory: str | os.PathLike[str]) -> None:
@@ -222,7 +227,8 @@ def host_results(
   out = {}
   for line in result.stdout.splitlines():
     if tag in line:
-      rec = json.loads(line.split(tag, 1)[1])
+      # raw_decode: the record is one write, anything after it is not ours.
+      rec, _ = json.JSONDecoder().raw_decode(line.split(tag, 1)[1])
       out[rec["host"]] = rec
   assert sorted(out) == list(range(num_hosts)), describe(result)
   return out

@@ -110,7 +110,7 @@ def test_healthy_job(tmp_path, num_hosts, devices_per_host):
         if line.startswith("REPORT ")
     ]
     assert len(reports) == 1, launch_utils.describe(result)
-    report = json.loads(reports[0].removeprefix("REPORT "))
+    report, _ = json.JSONDecoder().raw_decode(reports[0].removeprefix("REPORT "))
     assert report["info"] == [
         host,
         num_hosts,

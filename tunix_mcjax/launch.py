@@ -260,6 +260,33 @@ class _Host:
       pass
 
 
+# Gloo's C++ code prints connection notices straight to the process's stdout.
+# Under PYTHONUNBUFFERED, print() writes its text and its newline separately,
+# so such a notice can land inside a Python line ("REPORT {...}[Gloo] Rank 1
+# is connected ..."). The forwarder gives each notice its own line.
+_GLOO_NOTICE = re.compile(rb"\[Gloo\] [^\n]*?ranks is : \d+")
+
+
+def _split_gloo_notices(line: bytes) -> list[bytes]:
+  """`line` with every embedded gloo notice moved onto a line of its own."""
+  parts = []
+  rest = line
+  while (m := _GLOO_NOTICE.search(rest)) is not None and (
+      m.start() > 0 or m.end() < len(rest.rstrip(b"\n"))
+  ):
+    before, notice, rest = rest[:m.start()], m.group(0), rest[m.end():]
+    if before:
+      parts.append(before + b"\n")
+    parts.append(notice + b"\n")
+  if rest.strip(b"\n") or not parts:
+    parts.append(rest if rest.endswith(b"\n") else rest + b"\n")
+  return parts
+
+
+def _prefixed(prefix: bytes, text: bytes) -> bytes:
+  return b"".join(prefix + l for l in text.splitlines(keepends=True))
+
+
 class _Forwarder:
   """Copies host output line by line, prefixed, one stream per thread."""
 
@@ -274,16 +301,15 @@ class _Forwarder:
 
     def run() -> None:
       with pipe:
-        for line in iter(pipe.readline, b""):
-          if not line.endswith(b"\n"):
-            line += b"\n"
+        for raw in iter(pipe.readline, b""):
+          text = b"".join(_split_gloo_notices(raw))
           with self._lock:
             try:
               if binary is not None:
-                binary.write(prefix + line)
+                binary.write(_prefixed(prefix, text))
                 binary.flush()
               else:
-                out.write((prefix + line).decode(errors="replace"))
+                out.write(_prefixed(prefix, text).decode(errors="replace"))
                 out.flush()
             except Exception:  # pylint: disable=broad-exception-caught
               # Our own output is gone; keep draining, or the host would
