@@ -46,6 +46,29 @@ _BACKEND = flags.DEFINE_enum(
     "backend", "mcjax", list(grpo_job.BACKENDS), "RL cluster backend."
 )
 _ENGINE = flags.DEFINE_string("engine", "native", "Rollout engine name.")
+_TRAINER = flags.DEFINE_enum(
+    "trainer", "tunix", list(grpo_job.TRAINERS),
+    "Trainer model: Tunix's Qwen3, or a MaxText Qwen3 (MaxText's Tunix"
+    " adapter, MaxText's logical axis rules).",
+)
+_MAXTEXT_CONFIG = flags.DEFINE_string(
+    "maxtext_config", None,
+    "--trainer=maxtext: base MaxText YAML (default: MaxText's base.yml).",
+)
+_MAXTEXT_OVERRIDES = flags.DEFINE_list(
+    "maxtext_overrides", None,
+    "--trainer=maxtext: key=value MaxText settings replacing the tiny Qwen3"
+    " defaults (tunix_mcjax.maxtext_models.TINY_QWEN3_OVERRIDES), e.g."
+    " model_name=qwen3-0.6b,weight_dtype=bfloat16.",
+)
+_LOAD_PARAMETERS_PATH = flags.DEFINE_string(
+    "load_parameters_path", None,
+    "--trainer=maxtext: a MaxText parameter checkpoint (default: random init"
+    " from --seed).",
+)
+_SCAN_LAYERS = flags.DEFINE_boolean(
+    "scan_layers", True, "--trainer=maxtext: MaxText's scanned layer layout."
+)
 _NUM_HOSTS = flags.DEFINE_integer(
     "num_hosts", 2, "Simulated hosts (local runs only)."
 )
@@ -119,6 +142,13 @@ _TIMEOUT = flags.DEFINE_integer(
 def _config() -> grpo_job.GrpoJobConfig:
   return grpo_job.GrpoJobConfig(
       backend=_BACKEND.value,
+      trainer=_TRAINER.value,
+      maxtext_config=_MAXTEXT_CONFIG.value,
+      maxtext_overrides=(
+          None if _MAXTEXT_OVERRIDES.value is None
+          else tuple(_MAXTEXT_OVERRIDES.value)),
+      load_parameters_path=_LOAD_PARAMETERS_PATH.value,
+      scan_layers=_SCAN_LAYERS.value,
       engine=_ENGINE.value,
       steps=_STEPS.value,
       seed=_SEED.value,

@@ -45,3 +45,15 @@ def create_mcjax_cluster(**kwargs: Any) -> Any:
   from tunix_mcjax import cluster  # pylint: disable=g-import-not-at-top
 
   return cluster.McJaxRLCluster(**kwargs)
+
+
+def _initialize_mcjax_runtime() -> None:
+  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+
+  runtime.initialize()
+
+
+# Hook for trainers that start JAX themselves (MaxText's train_rl with
+# maxtext_patches/0003): one process per host, jax.distributed started the
+# way tunix_mcjax.runtime detects (local launcher, cluster, single host).
+create_mcjax_cluster.initialize_runtime = _initialize_mcjax_runtime

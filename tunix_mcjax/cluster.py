@@ -69,6 +69,7 @@ from tunix.sft import utils as sft_utils
 
 from tunix_mcjax import admission as admission_lib
 from tunix_mcjax import compat
+from tunix_mcjax.engines import base as engine_base
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import publication
 from tunix_mcjax import runtime
@@ -123,6 +124,10 @@ class McJaxOptions:
     trace_steps: steps (1-based) to record a JAX profiler trace of, into
       `trace_dir`/host<i> on every host.
     trace_dir: where traces go; required with `trace_steps`.
+    engine_model: the engine's own architecture and the mapping into it,
+      when the actor cannot sample itself (e.g. a MaxText actor; see
+      `maxtext_models.engine_model_spec`). None: engines run a copy of the
+      actor.
   """
 
   engine: str | None = None
@@ -134,6 +139,7 @@ class McJaxOptions:
   )
   trace_steps: tuple[int, ...] = ()
   trace_dir: str | None = None
+  engine_model: engine_base.EngineModelSpec | None = None
 
   def __post_init__(self):
     if self.engine is not None and not isinstance(self.engine, str):
@@ -154,6 +160,12 @@ class McJaxOptions:
       )
     if self.trace_steps and not self.trace_dir:
       raise ValueError("trace_steps needs trace_dir.")
+    if self.engine_model is not None and not isinstance(
+        self.engine_model, engine_base.EngineModelSpec
+    ):
+      raise TypeError(
+          f"engine_model must be an EngineModelSpec, got {self.engine_model!r}."
+      )
 
 
 def _mesh_axis_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
@@ -234,6 +246,12 @@ class _StepClock:
     self.gen["max_len"] = max(self.gen["max_len"], stats["max_len"])
 
 
+def _is_maxtext_actor(actor: Any) -> bool:
+  return type(actor).__name__ == "TunixMaxTextAdapter" and hasattr(
+      actor, "base"
+  )
+
+
 class McJaxRLCluster(compat.RLCluster):
   """Tunix RLCluster for one process per host (multi-controller JAX).
 
@@ -256,13 +274,25 @@ class McJaxRLCluster(compat.RLCluster):
       perf_config: Any = None,
       options: McJaxOptions | None = None,
   ):
+    compat.install_fixes()
     self.options = options or McJaxOptions()
     self.num_hosts = jax.process_count()
     self.host_index = jax.process_index()
     self._check_supported(actor, critic, reward, cluster_config)
     self.global_mesh = cluster_config.role_to_mesh[Role.ACTOR]
+    spec = self.options.engine_model
+    if spec is None and _is_maxtext_actor(actor):
+      # A MaxText Transformer cannot sample: engines run Tunix's Qwen3 and
+      # publication maps the MaxText parameters into it.
+      from tunix_mcjax import maxtext_models  # pylint: disable=g-import-not-at-top
+
+      spec = maxtext_models.engine_model_spec(
+          actor.base.config, dtype=jnp.dtype(actor.base.config.weight_dtype)
+      )
     self.local_mesh = runtime.local_mesh(
-        axis_names=self.global_mesh.axis_names
+        axis_names=(
+            self.global_mesh.axis_names if spec is None else spec.axis_names
+        )
     )
     self.row_ids = admission_lib.RowIdTracker()
     self._admissions: list[admission_lib.Admission] = []
@@ -272,14 +302,20 @@ class McJaxRLCluster(compat.RLCluster):
 
     # The engine's initial weights reach this host through the same
     # all-gather that publishes every later update.
-    graphdef, full_state = nnx.split(actor)
-    init_publisher = publication.Publisher(
-        dst=publication.replicated_like(
-            full_state, self.local_mesh, rollout_cfg.data_type
-        ),
-        local_mesh=self.local_mesh,
-    )
-    local_model = nnx.merge(graphdef, init_publisher(full_state))
+    if spec is None:
+      graphdef, full_state = nnx.split(actor)
+      init_publisher = publication.Publisher(
+          dst=publication.replicated_like(
+              full_state, self.local_mesh, rollout_cfg.data_type
+          ),
+          local_mesh=self.local_mesh,
+      )
+      local_model = nnx.merge(graphdef, init_publisher(full_state))
+    else:
+      local_model = publication.build_engine_model(
+          spec, nnx.state(actor, nnx.Param), self.local_mesh,
+          rollout_cfg.data_type,
+      )
 
     engine_name = self.options.engine
     if engine_name is None:
@@ -310,19 +346,22 @@ class McJaxRLCluster(compat.RLCluster):
         ),
     )
     self._clock = _StepClock()
-    super().__init__(
-        actor=actor,
-        critic=critic,
-        reference=reference,
-        reward=reward,
-        tokenizer=tokenizer,
-        cluster_config=local_cfg,
-        perf_config=perf_config,
-    )
+    with compat.key_safe_memory_moves():
+      super().__init__(
+          actor=actor,
+          critic=critic,
+          reference=reference,
+          reward=reward,
+          tokenizer=tokenizer,
+          cluster_config=local_cfg,
+          perf_config=perf_config,
+      )
     self._param_filter = nnx.Param
     target = self.rollout.publication_target()
     self.publisher = publication.Publisher(
-        dst=target, local_mesh=self.local_mesh
+        dst=target,
+        local_mesh=self.local_mesh,
+        mapping=None if spec is None else spec.mapping,
     )
     # Nested-dict paths of the engine parameters in publication order, for
     # the per-parameter (O4 baseline) engine update calls.
@@ -628,7 +667,7 @@ class McJaxRLCluster(compat.RLCluster):
           )
         compat.set_anchor_policy_state(
             self,
-            rl_utils.put_params_on_memory_kind(
+            compat.put_on_memory_kind(
                 nnx.state(self.actor_trainer.model), "pinned_host"
             ),
         )

@@ -35,10 +35,13 @@ below resolves either.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
+import jax
 import numpy as np
 from tunix.rl import rl_cluster as _rl_cluster
+from tunix.rl import utils as _rl_utils
 
 RLCluster = getattr(_rl_cluster, "RLCluster", None) or getattr(
     _rl_cluster, "RLEngine"
@@ -59,6 +62,90 @@ REQUIRED_CLUSTER_MEMBERS = (
     "get_ref_per_token_logps",
     "get_old_per_token_logps",
 )
+
+
+_put_params_on_memory_kind = _rl_utils.put_params_on_memory_kind
+
+
+def _is_prng_key(x: Any) -> bool:
+  return isinstance(x, jax.Array) and jax.dtypes.issubdtype(
+      x.dtype, jax.dtypes.prng_key
+  )
+
+
+def put_on_memory_kind(state: Any, memory_kind: str) -> Any:
+  """Tunix's `put_params_on_memory_kind`, leaving typed PRNG keys in place.
+
+  jax 0.12 cannot `device_put` a typed key array that spans other processes
+  onto another memory kind ("... must be a Device or a Sharding which
+  represents addressable devices"). MaxText models carry such keys (their
+  nnx RNG streams), so Tunix's policy snapshot (`_anchor_policy_state`, a
+  copy of the whole `nnx.state(actor)`) fails under multi-controller JAX.
+  Keys are not policy weights; they stay where they are. Upstream: snapshot
+  only `nnx.Param`, or skip key leaves the same way.
+  """
+  leaves, treedef = jax.tree_util.tree_flatten(state)
+  if not any(_is_prng_key(x) for x in leaves):
+    return _put_params_on_memory_kind(state, memory_kind)
+  movable = [
+      i for i, x in enumerate(leaves)
+      if not _is_prng_key(x) and x.sharding.memory_kind != memory_kind
+  ]
+  moved = jax.device_put(
+      [leaves[i] for i in movable],
+      [leaves[i].sharding.with_memory_kind(memory_kind) for i in movable],
+  )
+  for i, x in zip(movable, moved):
+    leaves[i] = x
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+@contextlib.contextmanager
+def key_safe_memory_moves() -> Iterator[None]:
+  """Routes Tunix's own policy snapshots through `put_on_memory_kind`.
+
+  For the duration of `RLCluster.__init__` only (it snapshots the policy
+  once); the mcjax cluster's `sync_weights` calls `put_on_memory_kind`
+  itself.
+  """
+  _rl_utils.put_params_on_memory_kind = put_on_memory_kind
+  try:
+    yield
+  finally:
+    _rl_utils.put_params_on_memory_kind = _put_params_on_memory_kind
+
+
+_is_sharing_weights = _rl_utils.is_sharing_weights
+
+
+def is_sharing_weights(m1: Any, m2: Any) -> bool:
+  """Tunix's `is_sharing_weights`, False for models of different structure.
+
+  Tunix 0.1.7 zips the two models' leaf lists with `jax.tree.map`, which
+  raises when the lists differ in length, i.e. whenever the rollout engine
+  runs another architecture than the trainer (a MaxText actor with a Tunix
+  Qwen3 engine). Such models cannot share weights. Upstream: compare tree
+  structures before the leaves.
+  """
+  if m1 is None or m2 is None:
+    return False
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  if len(jax.tree_util.tree_leaves(nnx.state(m1))) != len(
+      jax.tree_util.tree_leaves(nnx.state(m2))
+  ):
+    return False
+  return _is_sharing_weights(m1, m2)
+
+
+def install_fixes() -> None:
+  """Installs the fixes above into Tunix (idempotent).
+
+  Only `is_sharing_weights` is replaced module-wide (the stock learner calls
+  it through `tunix.rl.utils`); it behaves as before wherever the old one
+  did not raise.
+  """
+  _rl_utils.is_sharing_weights = is_sharing_weights
 
 
 def set_anchor_policy_state(cluster: Any, state: Any) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 BACKENDS = ("tunix", "mcjax")
+TRAINERS = ("tunix", "maxtext")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,16 @@ class GrpoJobConfig:
 
   backend: str = "mcjax"
   engine: str = "native"
+  # The trainer's model: Tunix's Qwen3, or a MaxText Qwen3 behind MaxText's
+  # Tunix adapter (the engine then runs Tunix's Qwen3 layout).
+  trainer: str = "tunix"
+  # MaxText only: base YAML (None: MaxText's base.yml), `key=value`
+  # overrides (None: maxtext_models.TINY_QWEN3_OVERRIDES), a parameter
+  # checkpoint (None: random init from `seed`), the scanned layer layout.
+  maxtext_config: str | None = None
+  maxtext_overrides: tuple[str, ...] | None = None
+  load_parameters_path: str | None = None
+  scan_layers: bool = True
   # Defaults: the built-in demo (tasks.DEMO_DEFAULTS), which the tiny model
   # measurably learns on CPU.
   steps: int = 60
@@ -78,6 +89,30 @@ class GrpoJobConfig:
       raise ValueError(
           f"backend must be one of {BACKENDS}, got {self.backend!r}."
       )
+    if self.trainer not in TRAINERS:
+      raise ValueError(
+          f"trainer must be one of {TRAINERS}, got {self.trainer!r}."
+      )
+    if self.trainer != "maxtext" and (
+        self.maxtext_config or self.maxtext_overrides is not None
+        or self.load_parameters_path
+    ):
+      raise ValueError(
+          "maxtext_config, maxtext_overrides and load_parameters_path need"
+          " trainer='maxtext'."
+      )
+    if self.trainer == "maxtext" and self.engine != "native":
+      raise ValueError(
+          "trainer='maxtext' runs with engine='native' here; the vLLM engines"
+          " take the same published Tunix-layout tree, but maxtext and vLLM"
+          " do not install into one environment on this project's machines,"
+          " so that combination is untested and refused."
+      )
+    for item in self.maxtext_overrides or ():
+      if "=" not in item:
+        raise ValueError(
+            f"maxtext_overrides entries are key=value, got {item!r}."
+        )
     if self.passes < 1:
       raise ValueError(f"passes must be >= 1, got {self.passes}.")
     # Validates the profile name and the switches.
@@ -109,6 +144,46 @@ class GrpoJobConfig:
     )
 
 
+def _tokenizer(cfg: GrpoJobConfig) -> Any:
+  from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
+
+  if cfg.model == "tiny":
+    return models.ToyTokenizer()
+  if not os.path.isdir(cfg.model):
+    raise FileNotFoundError(
+        f"--model={cfg.model!r} is neither 'tiny' nor a local directory with"
+        " a Hugging Face Qwen3 checkpoint."
+    )
+  return models.load_hf_qwen3_tokenizer(cfg.model)
+
+
+def _build_maxtext(cfg: GrpoJobConfig):
+  """MaxText actor, reference (or None), tokenizer, mesh, config."""
+  from tunix_mcjax import maxtext_models  # pylint: disable=g-import-not-at-top
+
+  tokenizer = _tokenizer(cfg)
+  overrides = None
+  if cfg.maxtext_overrides is not None:
+    overrides = dict(
+        item.split("=", 1) for item in cfg.maxtext_overrides
+    )
+  config = maxtext_models.maxtext_config(
+      base_config=cfg.maxtext_config,
+      overrides=overrides,
+      load_parameters_path=cfg.load_parameters_path,
+      scan_layers=cfg.scan_layers,
+      # The tiny model's vocabulary is the toy tokenizer's.
+      vocab_size=tokenizer.vocab_size if cfg.model == "tiny" else None,
+  )
+  mesh = maxtext_models.maxtext_mesh(config)
+  make = lambda: maxtext_models.create_actor(
+      config, mesh, pad_id=tokenizer.pad_id(), rng_seed=cfg.seed
+  )
+  actor = make()
+  reference = make() if cfg.beta != 0.0 else None
+  return actor, reference, tokenizer, mesh, config
+
+
 def _build_models(cfg: GrpoJobConfig, mesh):
   """Actor, reference (or None) and tokenizer, sharded on `mesh`."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -125,15 +200,9 @@ def _build_models(cfg: GrpoJobConfig, mesh):
         **getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {})
     )
     make = lambda: models.create_tiny_model(model_cfg, seed=cfg.seed, mesh=mesh)
-    tokenizer = models.ToyTokenizer()
   else:
-    if not os.path.isdir(cfg.model):
-      raise FileNotFoundError(
-          f"--model={cfg.model!r} is neither 'tiny' nor a local directory with"
-          " a Hugging Face Qwen3 checkpoint."
-      )
     make = lambda: models.load_hf_qwen3(cfg.model, mesh=mesh, dtype=dtype)[0]
-    tokenizer = models.load_hf_qwen3_tokenizer(cfg.model)
+  tokenizer = _tokenizer(cfg)
   actor = make()
   reference = make() if cfg.beta != 0.0 else None
   return actor, reference, tokenizer
@@ -164,8 +233,21 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         " (Pathways is not available here); use --backend=mcjax for"
         " one process per host."
     )
-  mesh = runtime.global_mesh()
-  actor, reference, tokenizer = _build_models(cfg, mesh)
+  engine_model = None
+  axis_rules = None
+  if cfg.trainer == "maxtext":
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import maxtext_models  # pylint: disable=g-import-not-at-top
+
+    actor, reference, tokenizer, mesh, mt_config = _build_maxtext(cfg)
+    engine_model = maxtext_models.engine_model_spec(
+        mt_config, dtype=jnp.dtype(cfg.dtype)
+    )
+    rules = maxtext_models.logical_axis_rules(mt_config)
+    axis_rules = {compat.Role.ACTOR: rules, compat.Role.REFERENCE: rules}
+  else:
+    mesh = runtime.global_mesh()
+    actor, reference, tokenizer = _build_models(cfg, mesh)
   batches, reward_fns = tasks.dataset_from_spec(
       cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.steps,
       seed=cfg.seed,
@@ -198,6 +280,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         "mcjax",
         cluster_config=compat.ClusterConfig(
             role_to_mesh=roles,
+            role_to_logical_axis_rule=axis_rules,
             rollout_engine=cfg.engine,
             training_config=training_config,
             rollout_config=rollout_config,
@@ -208,6 +291,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             optimizations=cfg.optimizations(),
             trace_steps=tuple(cfg.trace_steps),
             trace_dir=cfg.trace_dir,
+            engine_model=engine_model,
         ),
         **common,
     )
@@ -226,13 +310,29 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             num_hosts=1, host_index=0, num_generations=cfg.num_generations),
         length_fn=lambda ps: [len(adapter.encode(p)) for p in ps],
     )
+    engine_extra = {}
+    if engine_model is not None:
+      compat.install_fixes()  # The learner compares actor and engine models.
+      from flax import nnx  # pylint: disable=g-import-not-at-top
+      from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+
+      # The stock cluster hands the engine the actor's (MaxText) parameters
+      # at every sync; the engine maps them as mcjax's publisher does.
+      local = runtime.local_mesh(axis_names=engine_model.axis_names)
+      engine_extra = dict(
+          engine_mesh=local,
+          initial_model=publication.build_engine_model(
+              engine_model, nnx.state(actor, nnx.Param), local),
+          source_mapping=engine_model.mapping,
+      )
     cluster = tunix_mcjax.create_rl_cluster(
         "tunix",
         cluster_config=compat.ClusterConfig(
             role_to_mesh=roles,
+            role_to_logical_axis_rule=axis_rules,
             rollout_engine=functools.partial(
                 ENGINES.get(cfg.engine), row_ids=adm.row_ids, seed=cfg.seed,
-                reshard_on_update=True),
+                reshard_on_update=True, **engine_extra),
             training_config=training_config,
             rollout_config=rollout_config,
         ),

@@ -124,10 +124,18 @@ class Publisher:
       self._dst_shardings.append(sharding)
       self._gather_shardings.append(NamedSharding(view, sharding.spec))
     dtypes = [leaf.dtype for leaf in self._dst_leaves]
-    self._gather = jax.jit(
-        lambda xs: [x.astype(dt) for x, dt in zip(xs, dtypes)],
-        out_shardings=self._gather_shardings,
-    )
+    names = list(self._dst_names)
+
+    def program(flat: dict[str, jax.Array]) -> list[jax.Array]:
+      # The mapping (renames, unstacking a scanned layer axis) traces into
+      # this one program, so it costs no extra dispatches.
+      if mapping is not None:
+        flat = mapping(flat)
+      return [flat[n].astype(dt) for n, dt in zip(names, dtypes)]
+
+    self._gather = jax.jit(program, out_shardings=self._gather_shardings)
+    # Source signatures already checked against the engine's parameters.
+    self._checked: set[tuple[Any, ...]] = set()
     # Per-parameter gathers (the O4 baseline), built on first use.
     self._gather_each: list[Callable[[jax.Array], jax.Array]] | None = None
     self._bytes = int(
@@ -136,32 +144,43 @@ class Publisher:
     )
     self.last_stats: PublicationStats | None = None
 
-  def _ordered_sources(self, src: PyTree) -> list[jax.Array]:
-    flat = _flat(src)
+  def _check_sources(self, flat: dict[str, Any]) -> None:
+    """Raises unless `flat` maps onto exactly the engine's parameters."""
+    signature = tuple(
+        (k, tuple(v.shape), str(v.dtype)) for k, v in flat.items()
+    )
+    if signature in self._checked:
+      return
+    mapped = flat
     if self._mapping is not None:
-      flat = self._mapping(flat)
-    missing = [n for n in self._dst_names if n not in flat]
+      mapped = jax.eval_shape(self._mapping, flat)
+    missing = [n for n in self._dst_names if n not in mapped]
     if missing:
       raise KeyError(
           f"Trainer state lacks engine parameter {missing[0]}"
           f" ({len(missing)} missing in all)."
       )
-    extra = sorted(set(flat) - set(self._dst_names))
+    extra = sorted(set(mapped) - set(self._dst_names))
     if extra:
       raise KeyError(
           f"Trainer parameter {extra[0]} has no place in the engine"
           f" ({len(extra)} unmatched in all); nothing is dropped silently."
       )
-    out = []
     for name, leaf in zip(self._dst_names, self._dst_leaves):
-      x = flat[name]
-      if tuple(x.shape) != tuple(leaf.shape):
+      if tuple(mapped[name].shape) != tuple(leaf.shape):
         raise ValueError(
-            f"Parameter {name}: trainer shape {tuple(x.shape)} != engine"
-            f" shape {tuple(leaf.shape)}."
+            f"Parameter {name}: trainer shape {tuple(mapped[name].shape)} !="
+            f" engine shape {tuple(leaf.shape)}."
         )
-      out.append(x)
-    return out
+    self._checked.add(signature)
+
+  def _ordered_sources(self, src: PyTree) -> list[jax.Array]:
+    """The engine's parameters in `names` order (mapping applied eagerly)."""
+    flat = _flat(src)
+    self._check_sources(flat)
+    if self._mapping is not None:
+      flat = self._mapping(flat)
+    return [flat[name] for name in self._dst_names]
 
   @property
   def names(self) -> list[str]:
@@ -178,7 +197,9 @@ class Publisher:
   def __call__(self, src: PyTree) -> PyTree:
     """Returns `src` gathered into the engine's layout on this host."""
     t0 = time.perf_counter()
-    gathered = self._gather(self._ordered_sources(src))
+    flat = _flat(src)
+    self._check_sources(flat)
+    gathered = self._gather(flat)
     local = [
         self._to_local(x, sharding)
         for x, sharding in zip(gathered, self._dst_shardings)
@@ -241,3 +262,32 @@ def replicated_like(tree: PyTree, mesh: Mesh, dtype: Any = None) -> PyTree:
       ),
       tree,
   )
+
+
+def build_engine_model(
+    spec: Any, actor_params: PyTree, local_mesh: Mesh, dtype: Any = None
+) -> Any:
+  """The engine's model of `spec`, holding the actor's parameters.
+
+  The parameters arrive through a `Publisher` (the same program as every
+  later publication), replicated on `local_mesh`; call on every host.
+
+  Args:
+    spec: an `engines.base.EngineModelSpec`.
+    actor_params: `nnx.state(actor, nnx.Param)` (global arrays).
+    local_mesh: this host's engine mesh.
+    dtype: the engine's parameter dtype; None keeps the model's.
+
+  Returns:
+    The engine model (an `nnx.Module`) on `local_mesh`.
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  abstract = nnx.eval_shape(spec.create)
+  graphdef, state = nnx.split(abstract)
+  publisher = Publisher(
+      dst=replicated_like(state, local_mesh, dtype),
+      local_mesh=local_mesh,
+      mapping=spec.mapping,
+  )
+  return nnx.merge(graphdef, publisher(actor_params))

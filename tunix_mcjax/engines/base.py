@@ -24,6 +24,8 @@ and nothing more, so that other engines (vLLM, MaxText) can implement it.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
+import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
 import jax
@@ -115,6 +117,38 @@ class Engine(base_rollout.BaseRollout, abc.ABC):
     from flax import nnx  # pylint: disable=g-import-not-at-top
 
     return nnx.state(self.model(), nnx.Param)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EngineModelSpec:
+  """An engine architecture that differs from the trainer's.
+
+  By default an engine runs a replicated copy of the actor itself. When the
+  trainer's model cannot sample (e.g. a MaxText Transformer behind MaxText's
+  Tunix adapter), the engine runs `create()`'s model instead and every
+  publication passes the actor's parameters through `mapping` first.
+
+  Attributes:
+    create: builds the engine's model (called under `nnx.eval_shape`, so it
+      allocates nothing); its parameters are then published from the actor.
+    mapping: the actor's flat parameters (`jax.tree_util.keystr` names of
+      `nnx.state(actor, nnx.Param)`) -> the engine model's flat parameters.
+      Pure array code: it is traced into the publication program.
+    axis_names: the two axis names of the engine's host-local mesh that
+      the engine model's sharding annotations use.
+  """
+
+  create: Callable[[], Any]
+  mapping: Callable[[dict[str, Any]], dict[str, Any]]
+  axis_names: tuple[str, str] = ("fsdp", "tp")
+
+  def __post_init__(self):
+    if not callable(self.create) or not callable(self.mapping):
+      raise TypeError("EngineModelSpec needs callables `create` and `mapping`.")
+    if len(tuple(self.axis_names)) != 2:
+      raise ValueError(
+          f"axis_names must name two mesh axes, got {self.axis_names!r}."
+      )
 
 
 # --- Helpers shared by engine implementations ---------------------------

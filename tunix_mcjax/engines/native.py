@@ -375,6 +375,7 @@ class NativeEngine(base.Engine):
       initial_model: nnx.Module | None = None,
       cache_size: int | None = None,
       reshard_on_update: bool = False,
+      source_mapping: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
   ):
     """Initializes the engine.
 
@@ -400,6 +401,10 @@ class NativeEngine(base.Engine):
         expects of a single-controller engine (the 'tunix' backend). Off
         under mcjax, where publication delivers the layout and a reshard here
         would hide a mistake.
+      source_mapping: with `reshard_on_update`, maps the trainer's flat
+        parameters onto this engine's (an `EngineModelSpec.mapping`, e.g. a
+        MaxText actor's), applied inside the same jitted program that lays
+        them out.
     """
     engine_mesh = mesh if engine_mesh is None else engine_mesh
     if engine_mesh is None:
@@ -450,6 +455,21 @@ class NativeEngine(base.Engine):
 
     with use_mesh(engine_mesh):
       model = self._local_copy(source, owned=initial_model is not None)
+    if source_mapping is not None and not reshard_on_update:
+      raise ValueError(
+          "source_mapping applies to parameters update_params lays out"
+          " itself; it needs reshard_on_update=True (under mcjax the"
+          " publisher maps)."
+      )
+    self._source_publisher = None
+    if source_mapping is not None:
+      from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+
+      self._source_publisher = publication.Publisher(
+          dst=nnx.state(model, nnx.Param),
+          local_mesh=engine_mesh,
+          mapping=source_mapping,
+      )
     self._graphdef = nnx.graphdef(model)
     self._expected = {
         path: jax.ShapeDtypeStruct(x.shape, x.dtype)
@@ -624,6 +644,8 @@ class NativeEngine(base.Engine):
         unknown or missing, or a leaf is not a jax.Array of the engine's
         shape, dtype and sharding.
     """
+    if self._source_publisher is not None:
+      params = self._source_publisher(params)
     new_flat = _flat_arrays(params)
     if self._reshard_on_update:
       new_flat = {p: self._into_layout(p, x) for p, x in new_flat.items()}
