@@ -42,17 +42,23 @@ from absl import logging
 
 from tunix_mcjax import grpo_job
 
+# Flag defaults are the job config's own.
+_DEFAULTS = grpo_job.GrpoJobConfig()
+
 _BACKEND = flags.DEFINE_enum(
-    "backend", "mcjax", list(grpo_job.BACKENDS), "RL cluster backend."
+    "backend", _DEFAULTS.backend, list(grpo_job.BACKENDS), "RL cluster backend."
 )
-_ENGINE = flags.DEFINE_string("engine", "native", "Rollout engine name.")
+_ENGINE = flags.DEFINE_string(
+    "engine", _DEFAULTS.engine,
+    "Rollout engine name.",
+)
 _TRAINER = flags.DEFINE_enum(
-    "trainer", "tunix", list(grpo_job.TRAINERS),
+    "trainer", _DEFAULTS.trainer, list(grpo_job.TRAINERS),
     "Trainer model: Tunix's Qwen3, or a MaxText Qwen3 (MaxText's Tunix"
     " adapter, MaxText's logical axis rules).",
 )
 _MAXTEXT_CONFIG = flags.DEFINE_string(
-    "maxtext_config", None,
+    "maxtext_config", _DEFAULTS.maxtext_config,
     "--trainer=maxtext: base MaxText YAML (default: MaxText's base.yml).",
 )
 _MAXTEXT_OVERRIDES = flags.DEFINE_list(
@@ -62,12 +68,13 @@ _MAXTEXT_OVERRIDES = flags.DEFINE_list(
     " model_name=qwen3-0.6b,weight_dtype=bfloat16.",
 )
 _LOAD_PARAMETERS_PATH = flags.DEFINE_string(
-    "load_parameters_path", None,
+    "load_parameters_path", _DEFAULTS.load_parameters_path,
     "--trainer=maxtext: a MaxText parameter checkpoint (default: random init"
     " from --seed).",
 )
 _SCAN_LAYERS = flags.DEFINE_boolean(
-    "scan_layers", True, "--trainer=maxtext: MaxText's scanned layer layout."
+    "scan_layers", _DEFAULTS.scan_layers,
+    "--trainer=maxtext: MaxText's scanned layer layout."
 )
 _NUM_HOSTS = flags.DEFINE_integer(
     "num_hosts", 2, "Simulated hosts (local runs only)."
@@ -75,64 +82,86 @@ _NUM_HOSTS = flags.DEFINE_integer(
 _DEVICES_PER_HOST = flags.DEFINE_integer(
     "devices_per_host", 4, "Fake CPU devices per simulated host."
 )
-_STEPS = flags.DEFINE_integer("steps", 60, "GRPO steps (global batches).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed for model, data and sampling.")
+_STEPS = flags.DEFINE_integer(
+    "steps", _DEFAULTS.steps,
+    "GRPO steps (global batches).",
+)
+_SEED = flags.DEFINE_integer(
+    "seed", _DEFAULTS.seed,
+    "Seed for model, data and sampling.",
+)
 _BATCH_SIZE = flags.DEFINE_integer(
-    "batch_size", 16, "Global prompts per step (all hosts together)."
+    "batch_size", _DEFAULTS.batch_size,
+    "Global prompts per step (all hosts together)."
 )
 _NUM_GENERATIONS = flags.DEFINE_integer(
-    "num_generations", 16, "Samples per prompt (G)."
+    "num_generations", _DEFAULTS.num_generations, "Samples per prompt (G)."
 )
 _MAX_NEW_TOKENS = flags.DEFINE_integer(
-    "max_new_tokens", 8, "Completion length cap."
+    "max_new_tokens", _DEFAULTS.max_new_tokens, "Completion length cap."
 )
 _MAX_PROMPT_LENGTH = flags.DEFINE_integer(
-    "max_prompt_length", 4, "Prompt length (tokens) the sampler pads to."
+    "max_prompt_length", _DEFAULTS.max_prompt_length,
+    "Prompt length (tokens) the sampler pads to."
 )
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 5e-3, "Adam step size.")
-_BETA = flags.DEFINE_float("beta", 0.0, "KL coefficient (0 = no reference).")
-_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
+_LEARNING_RATE = flags.DEFINE_float(
+    "learning_rate", _DEFAULTS.learning_rate,
+    "Adam step size.",
+)
+_BETA = flags.DEFINE_float(
+    "beta", _DEFAULTS.beta,
+    "KL coefficient (0 = no reference).",
+)
+_TEMPERATURE = flags.DEFINE_float(
+    "temperature", _DEFAULTS.temperature,
+    "Sampling temperature.",
+)
 _MODEL = flags.DEFINE_string(
-    "model", "tiny", "'tiny' or a local Hugging Face Qwen3 checkpoint dir."
+    "model", _DEFAULTS.model,
+    "'tiny' or a local Hugging Face Qwen3 checkpoint dir."
 )
 _DATASET = flags.DEFINE_string(
-    "dataset", "toy", "'toy' or 'gsm8k:PATH' (a GSM8K jsonl file)."
+    "dataset", _DEFAULTS.dataset, "'toy' or 'gsm8k:PATH' (a GSM8K jsonl file)."
 )
 _METRICS_OUT = flags.DEFINE_string(
-    "metrics_out", None, "JSONL file of per-step metrics (host 0 writes)."
+    "metrics_out", _DEFAULTS.metrics_out,
+    "JSONL file of per-step metrics (host 0 writes)."
 )
 _DUMP_DIR = flags.DEFINE_string(
-    "dump_dir", None, "Write rollouts, rewards and final parameters here."
+    "dump_dir", _DEFAULTS.dump_dir,
+    "Write rollouts, rewards and final parameters here."
 )
 _PASSES = flags.DEFINE_integer(
-    "passes", 1, "Run the same --steps batches this many times in a row."
+    "passes", _DEFAULTS.passes,
+    "Run the same --steps batches this many times in a row."
 )
 _PROFILE = flags.DEFINE_enum(
-    "profile", None, ["base", "optimized"],
+    "profile", _DEFAULTS.profile, ["base", "optimized"],
     "mcjax host-side optimizations: base = O1-O4 off, optimized = all on;"
     " unset = the backend's defaults (only one-call publication on).",
 )
 _ASYNC_METRICS = flags.DEFINE_boolean(
-    "async_metrics", None,
+    "async_metrics", _DEFAULTS.async_metrics,
     "O1: export metrics on a background thread, off the step's barrier.",
 )
 _FREEZE_GC = flags.DEFINE_boolean(
-    "freeze_gc", None,
+    "freeze_gc", _DEFAULTS.freeze_gc,
     "O2: gc.freeze() after warm-up; no full gc.collect() per step.",
 )
 _BALANCE_ADMISSION = flags.DEFINE_boolean(
-    "balance_admission", None,
+    "balance_admission", _DEFAULTS.balance_admission,
     "O3: deal prompts to hosts balanced by prompt length.",
 )
 _PUBLISH_IN_ONE_CALL = flags.DEFINE_boolean(
-    "publish_in_one_call", None,
+    "publish_in_one_call", _DEFAULTS.publish_in_one_call,
     "O4: publish all weights in one call (else one call per parameter).",
 )
 _TRACE_STEPS = flags.DEFINE_list(
     "trace_steps", [], "Steps (1-based) to record a JAX profiler trace of."
 )
 _TRACE_DIR = flags.DEFINE_string(
-    "trace_dir", None, "Where profiler traces go (one folder per host)."
+    "trace_dir", _DEFAULTS.trace_dir,
+    "Where profiler traces go (one folder per host)."
 )
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."

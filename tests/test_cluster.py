@@ -20,7 +20,6 @@ import launch_utils
 import pytest
 
 import tunix_mcjax
-from tunix_mcjax import compat
 
 _SCRIPT = textwrap.dedent("""
     import dataclasses, json
@@ -132,14 +131,3 @@ def test_backends_are_discoverable_as_entry_points():
   names = {ep.name for ep in importlib.metadata.entry_points(
       group="tunix.rl_cluster_backends")}
   assert {"tunix", "mcjax"} <= names
-
-
-def test_compat_hooks_exist_in_installed_tunix():
-  for name in compat.REQUIRED_CLUSTER_MEMBERS:
-    assert hasattr(compat.RLCluster, name), name
-  from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
-
-  buf = peft_trainer.MetricsBuffer(step=0, losses=[1.0, 3.0])
-  assert hasattr(buf, "additional_metrics")
-  fake = type("T", (), {"_prev_buffered_train_metrics": buf})()
-  assert compat.last_train_metrics(fake) == {"loss": 2.0}

@@ -25,57 +25,35 @@ losses and parameters within rtol = atol = 1e-6 (observed bit-identical on
 CPU).
 """
 
-import json
-
-import numpy as np
 import pytest
 
-from test_equivalence import _rollouts, _run  # pylint: disable=g-importing-member
+import example_runs
 
-MAXTEXT = ["--trainer=maxtext"]
+MAXTEXT = (*example_runs.EQUIVALENCE_FLAGS, "--trainer=maxtext",
+           "--num_hosts=2", "--devices_per_host=2")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("equiv_maxtext")
   return {
-      "tunix": _run(tmp, "tunix", *MAXTEXT, "--backend=tunix",
-                    "--num_hosts=2", "--devices_per_host=2"),
-      "mcjax": _run(tmp, "mcjax", *MAXTEXT, "--backend=mcjax",
-                    "--num_hosts=2", "--devices_per_host=2"),
+      name: example_runs.run_example(
+          tmp / name, *MAXTEXT, f"--backend={name}")
+      for name in ("tunix", "mcjax")
   }
 
 
 def test_same_rollouts_and_rewards(runs):
-  ref, got = _rollouts(runs["tunix"]), _rollouts(runs["mcjax"])
-  assert len(ref) == len(got) == 2
-  for step, (a, b) in enumerate(zip(ref, got)):
-    assert a["prompts"] == b["prompts"], step
-    assert a["completions"] == b["completions"], step
-    assert a["rewards"] == b["rewards"], step
-  assert len(set(ref[0]["completions"][:4])) > 1
+  example_runs.assert_same_rollouts_and_rewards(runs["tunix"], runs["mcjax"])
 
 
 def test_same_losses_and_parameters(runs):
-  ref = json.loads((runs["tunix"] / "records.json").read_text())
-  got = json.loads((runs["mcjax"] / "records.json").read_text())
-  assert [r["step"] for r in got] == [1, 2]
-  np.testing.assert_allclose([r["loss"] for r in got],
-                             [r["loss"] for r in ref], rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose([r["reward_mean"] for r in got],
-                             [r["reward_mean"] for r in ref], rtol=1e-6)
-  pa = np.load(runs["tunix"] / "params.npz")
-  pb = np.load(runs["mcjax"] / "params.npz")
-  assert sorted(pa.files) == sorted(pb.files)
+  names = example_runs.assert_same_losses_and_parameters(
+      runs["tunix"], runs["mcjax"])
   # MaxText's own (scanned) parameter names: the trainer really was MaxText.
-  assert any("['decoder']['layers']['self_attention']" in k for k in pa.files)
-  for k in pa.files:
-    np.testing.assert_allclose(pb[k], pa[k], atol=1e-6, rtol=1e-6, err_msg=k)
+  assert any("['decoder']['layers']['self_attention']" in k for k in names)
 
 
 @pytest.mark.parametrize("run", ["tunix", "mcjax"])
 def test_training_changed_the_parameters(runs, run):
-  pa = np.load(runs[run] / "params_init.npz")
-  pb = np.load(runs[run] / "params.npz")
-  moved = max(float(np.abs(pa[k] - pb[k]).max()) for k in pa.files)
-  assert moved > 1e-3
+  example_runs.assert_parameters_moved(runs[run])

@@ -22,10 +22,8 @@ GSM8K reward saw real completions.
 """
 
 import json
-import pathlib
-import subprocess
-import sys
 
+import example_runs
 import launch_utils
 import pytest
 
@@ -41,18 +39,12 @@ def test_example_runs_on_local_checkpoint_and_gsm8k(tmp_path):
   data = tmp_path / "gsm8k.jsonl"
   data.write_text("\n".join(rows) + "\n")
   out = tmp_path / "run"
-  proc = subprocess.run(
-      [sys.executable, str(launch_utils.REPO_ROOT / "examples" /
-                           "grpo_qwen3.py"),
-       "--backend=mcjax", "--num_hosts=2", "--devices_per_host=1",
-       f"--model={ckpt}", f"--dataset=gsm8k:{data}", "--steps=1",
-       "--batch_size=2", "--num_generations=2", "--max_new_tokens=4",
-       "--max_prompt_length=512", f"--dump_dir={out}",
-       f"--metrics_out={out}/metrics.jsonl", "--timeout=400"],
-      env=launch_utils.launcher_env(), capture_output=True, text=True,
-      timeout=500,
+  example_runs.run_example(
+      out, "--backend=mcjax", "--num_hosts=2", "--devices_per_host=1",
+      f"--model={ckpt}", f"--dataset=gsm8k:{data}", "--steps=1",
+      "--batch_size=2", "--num_generations=2", "--max_new_tokens=4",
+      "--max_prompt_length=512", timeout=500,
   )
-  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
   (record,) = [json.loads(l) for l in
                (out / "metrics.jsonl").read_text().splitlines()]
   assert record["num_hosts"] == 2 and record["step"] == 1

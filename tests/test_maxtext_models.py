@@ -44,7 +44,8 @@ def _actor(scan_layers: bool, seed: int = 3):
   )
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["scanned", "unscanned"])
+@pytest.fixture(scope="module", params=[True, False],
+                ids=["scanned", "unscanned"])
 def setup(request):
   config, mesh, actor = _actor(request.param)
   spec = maxtext_models.engine_model_spec(config)
@@ -58,16 +59,18 @@ def setup(request):
 def _tokens(batch=2, length=9, seed=0):
   rng = np.random.RandomState(seed)
   tokens = rng.randint(1, VOCAB, (batch, length)).astype(np.int32)
-  positions = np.broadcast_to(np.arange(length), (batch, length)).astype(np.int32)
+  positions = np.broadcast_to(np.arange(length, dtype=np.int32),
+                              (batch, length))
   mask = np.tril(np.ones((batch, length, length), bool))
   return jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask)
 
 
 def test_layout_is_maxtext(setup):
   config, _, actor, *_ = setup
-  names = list(publication._flat(nnx.state(actor, nnx.Param)))
+  names = list(publication.flat_by_name(nnx.state(actor, nnx.Param)))
   if config.scan_layers:
-    key = "['base']['decoder']['layers']['self_attention']['query']['kernel'].value"
+    key = ("['base']['decoder']['layers']['self_attention']['query']"
+           "['kernel'].value")
     assert key in names
     x = dict(zip(names, jax.tree.leaves(nnx.state(actor, nnx.Param))))[key]
     # Layers stacked on param_scan_axis, embed dim FSDP-sharded.
@@ -93,14 +96,14 @@ def test_engine_logits_equal_actor_logits(setup):
 def test_published_values_are_the_unstacked_trainer_values(setup):
   config, _, actor, spec, local, _ = setup
   params = nnx.state(actor, nnx.Param)
-  flat = {k: np.asarray(v) for k, v in publication._flat(params).items()}
+  flat = {k: np.asarray(v) for k, v in publication.flat_by_name(params).items()}
   engine_state = nnx.state(nnx.eval_shape(spec.create), nnx.Param)
   pub = publication.Publisher(
       dst=publication.replicated_like(engine_state, local),
       local_mesh=local,
       mapping=spec.mapping,
   )
-  out = publication._flat(pub(params))
+  out = publication.flat_by_name(pub(params))
   pub(params)
   # The mapping runs inside the one cached publication program.
   assert pub._gather._cache_size() == 1
@@ -109,7 +112,8 @@ def test_published_values_are_the_unstacked_trainer_values(setup):
       src = flat["['base']['decoder']['layers']['mlp']['wi_0']['kernel'].value"]
       want = np.take(src, i, axis=config.param_scan_axis)
     else:
-      want = flat[f"['base']['decoder']['layers_{i}']['mlp']['wi_0']['kernel'].value"]
+      want = flat[
+          f"['base']['decoder']['layers_{i}']['mlp']['wi_0']['kernel'].value"]
     got = out[f"['layers'][{i}]['mlp']['gate_proj']['kernel'].value"]
     np.testing.assert_array_equal(np.asarray(got), want)
     assert got.sharding.mesh.devices.tolist() == local.devices.tolist()

@@ -33,7 +33,8 @@ import launch_utils
 from cli import tiny_checkpoint
 from tunix_mcjax import maxtext_patching
 
-GSM8K = launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+GSM8K = (launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+         / "train.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def patched(tmp_path_factory) -> pathlib.Path:
   return out
 
 
-def _python(code: str, pythonpath: pathlib.Path | None) -> subprocess.CompletedProcess:
+def _python(code: str,
+            pythonpath: pathlib.Path | None) -> subprocess.CompletedProcess:
   env = launch_utils.launcher_env({"DECOUPLE_GCLOUD": "TRUE"})
   if pythonpath is not None:
     env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env['PYTHONPATH']}"
@@ -91,7 +93,8 @@ CHECK = """
 import types
 import maxtext.trainers.post_train.rl.train_rl as t
 def cfg(**kw):
-  base = dict(rl_cluster_backend="tunix", use_pathways=True, rl_rollout_engine="vllm")
+  base = dict(rl_cluster_backend="tunix", use_pathways=True,
+              rl_rollout_engine="vllm")
   base.update(kw)
   return types.SimpleNamespace(**base)
 for kw in {cases}:
@@ -125,7 +128,8 @@ def test_0002_backend_key_and_clear_errors(patched):
   assert "rl_rollout_engine=native needs a backend" in lines[4]
   assert "rl_rollout_engine='sglang'" in lines[5]
   assert lines[6] == "FACTORY tunix_mcjax.backends"
-  rl_yml = (patched / "maxtext" / "configs" / "post_train" / "rl.yml").read_text()
+  rl_yml = (patched / "maxtext" / "configs" / "post_train"
+            / "rl.yml").read_text()
   assert "rl_cluster_backend: 'tunix'" in rl_yml
 
 
@@ -138,7 +142,8 @@ def test_0003_backend_is_read_before_jax_starts(patched, tmp_path):
       f"print(t.rl_cluster_backend_from_args(['', {str(yml)!r},"
       " 'rl_cluster_backend=tunix']))\n"
       "print(t.rl_cluster_backend_from_args(['', 'missing.yml'], {}))\n"
-      "print(t.rl_cluster_backend_from_args([''], {'rl_cluster_backend': 'x'}))\n"
+      "print(t.rl_cluster_backend_from_args([''],"
+      " {'rl_cluster_backend': 'x'}))\n"
       # Reading the name must not start a JAX backend.
       "from jax._src import xla_bridge\n"
       "print(xla_bridge.backends_are_initialized())\n"
@@ -160,7 +165,8 @@ def rl_run(patched, tmp_path_factory):
       [{"question": r["question"], "answer": r["answer"]} for r in rows]
   ).to_parquet(str(tmp / "train.parquet"))
   rl_yml = patched / "maxtext" / "configs" / "post_train" / "rl.yml"
-  vocab = len(json.loads((tok / "tokenizer.json").read_text())["model"]["vocab"])
+  vocab = len(
+      json.loads((tok / "tokenizer.json").read_text())["model"]["vocab"])
   args = [
       sys.executable, "-m", "maxtext.trainers.post_train.rl.train_rl",
       str(rl_yml), "rl_cluster_backend=mcjax", "use_pathways=false",
@@ -191,6 +197,7 @@ def test_patched_train_rl_runs_two_steps_on_two_hosts(rl_run):
       out + rl_run.stderr)
   assert "[host 0] [mcjax] step 1:" in out and "[host 0] [mcjax] step 2:" in out
   assert "[mcjax] step 3:" not in out
+  logs = rl_run.stdout + rl_run.stderr
   for host in (0, 1):
     assert any("RL Training Completed Successfully" in line
-               for line in launch_utils.host_lines(rl_run.stdout + rl_run.stderr, host))
+               for line in launch_utils.host_lines(logs, host))

@@ -35,6 +35,8 @@ import pytest
 from tunix.generate import sampler as sampler_lib
 from tunix.generate import tokenizer_adapter
 
+import hf_qwen3
+
 from tunix_mcjax import models
 from tunix_mcjax import tasks
 
@@ -292,63 +294,31 @@ def write_tiny_hf_checkpoint(
     (weights as written, config.json as a dict).
   """
   # pylint: disable=g-import-not-at-top
-  import safetensors.numpy
   import tokenizers
   from tokenizers import decoders, pre_tokenizers
   import transformers
   # pylint: enable=g-import-not-at-top
 
-  directory.mkdir(parents=True, exist_ok=True)
-  config = transformers.Qwen3Config(
-      vocab_size=_HF_VOCAB,
-      hidden_size=32,
-      intermediate_size=48,
-      num_hidden_layers=2,
-      num_attention_heads=4,
-      num_key_value_heads=2,
-      head_dim=16,  # != hidden_size / heads: the loader must read it.
-      rope_theta=rope_theta,
-      rms_norm_eps=1e-6,
-      tie_word_embeddings=tied,
-      bos_token_id=1,
-      eos_token_id=2,
-      pad_token_id=0,
-  )
-  config.save_pretrained(directory)
-  hf = json.loads((directory / "config.json").read_text())
-  rng = np.random.default_rng(seed)
-  d, f, hd = 32, 48, 16
-  nh, nkv = 4, 2
-
-  def w(*shape, scale=0.3):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-  weights = {"model.embed_tokens.weight": w(_HF_VOCAB, d, scale=1.0),
-             "model.norm.weight": 1 + w(d, scale=0.1)}
-  for i in range(2):
-    p = f"model.layers.{i}."
-    weights.update({
-        p + "input_layernorm.weight": 1 + w(d, scale=0.1),
-        p + "post_attention_layernorm.weight": 1 + w(d, scale=0.1),
-        p + "self_attn.q_proj.weight": w(nh * hd, d),
-        p + "self_attn.k_proj.weight": w(nkv * hd, d),
-        p + "self_attn.v_proj.weight": w(nkv * hd, d),
-        p + "self_attn.o_proj.weight": w(d, nh * hd),
-        p + "self_attn.q_norm.weight": 1 + w(hd, scale=0.1),
-        p + "self_attn.k_norm.weight": 1 + w(hd, scale=0.1),
-        p + "mlp.gate_proj.weight": w(f, d),
-        p + "mlp.up_proj.weight": w(f, d),
-        p + "mlp.down_proj.weight": w(d, f),
-    })
-  if not tied:
-    weights["lm_head.weight"] = w(_HF_VOCAB, d)
-  if half_matrices:
-    weights = {k: v.astype(np.float16) if v.ndim == 2 else v
-               for k, v in weights.items()}
-  safetensors.numpy.save_file(
-      {k: v for k, v in weights.items() if k not in drop},
-      str(directory / "model.safetensors"),
-      metadata={"format": "pt"},
+  weights, hf = hf_qwen3.write_qwen3_weights(
+      directory,
+      transformers.Qwen3Config(
+          vocab_size=_HF_VOCAB,
+          hidden_size=32,
+          intermediate_size=48,
+          num_hidden_layers=2,
+          num_attention_heads=4,
+          num_key_value_heads=2,
+          head_dim=16,  # != hidden_size / heads: the loader must read it.
+          rope_theta=rope_theta,
+          rms_norm_eps=1e-6,
+          tie_word_embeddings=tied,
+          bos_token_id=1,
+          eos_token_id=2,
+          pad_token_id=0,
+      ),
+      seed=seed,
+      drop=drop,
+      half_matrices=half_matrices,
   )
 
   vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}

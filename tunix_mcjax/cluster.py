@@ -57,7 +57,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from absl import logging
 from flax import nnx
 from flax.linen import partitioning as nn_partitioning
 import jax
@@ -211,8 +210,9 @@ def generation_stats(
   }
 
 
-class _StepClock:
-  """Per-host timers and counters of the current step."""
+class StepClock:
+  """Per-host timers and counters of the current step (also used to time
+  the stock cluster side by side: grpo_job._StockStepClock)."""
 
   def __init__(self):
     self.reset(time.perf_counter())
@@ -345,7 +345,7 @@ class McJaxRLCluster(compat.RLCluster):
             cluster_config.training_config
         ),
     )
-    self._clock = _StepClock()
+    self._clock = StepClock()
     with compat.key_safe_memory_moves():
       super().__init__(
           actor=actor,
@@ -616,6 +616,9 @@ class McJaxRLCluster(compat.RLCluster):
           prompt_tokens, completion_tokens, micro_batch_size=micro_batch_size
       )
 
+  # Tunix's stock sync_weights also snapshots the whole policy into host
+  # memory every step (`_anchor_policy_state`); only this method reads that
+  # snapshot, so mcjax refreshes none while it is refused.
   def get_actor_per_token_logps(self, *args, **kwargs):
     raise NotImplementedError(
         "get_actor_per_token_logps is not supported by mcjax yet."
@@ -665,12 +668,6 @@ class McJaxRLCluster(compat.RLCluster):
           self._clock.publish_calls += self.publisher.publish_each(
               src, self._update_one_param
           )
-        compat.set_anchor_policy_state(
-            self,
-            compat.put_on_memory_kind(
-                nnx.state(self.actor_trainer.model), "pinned_host"
-            ),
-        )
     self.global_steps += 1
     self._clock.overhead["gc"] += self.gc_policy.after_step(self.global_steps)
     self._end_step()

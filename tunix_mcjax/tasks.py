@@ -177,6 +177,16 @@ def toy_dataset(*, num_batches: int, batch_size: int, seed: int) -> list[Batch]:
   return batches
 
 
+def _check_one_answer_per_completion(
+    completions: Sequence[str], answer: Sequence[Any]
+) -> None:
+  if len(completions) != len(answer):
+    raise ValueError(
+        f"Got {len(completions)} completions but {len(answer)} answers; the"
+        " batch's 'answer' field must be repeated like the prompts."
+    )
+
+
 def toy_match_reward(
     prompts: Sequence[str],
     completions: Sequence[str],
@@ -200,11 +210,7 @@ def toy_match_reward(
     One reward in [0, 1] per completion.
   """
   del prompts, kwargs
-  if len(completions) != len(answer):
-    raise ValueError(
-        f"Got {len(completions)} completions but {len(answer)} answers; the"
-        " batch's 'answer' field must be repeated like the prompts."
-    )
+  _check_one_answer_per_completion(completions, answer)
   rewards = []
   for completion, target in zip(completions, answer):
     target = str(target)
@@ -384,11 +390,7 @@ def gsm8k_answer_reward(
     One reward per completion.
   """
   del prompts, kwargs
-  if len(completions) != len(answer):
-    raise ValueError(
-        f"Got {len(completions)} completions but {len(answer)} answers; the"
-        " batch's 'answer' field must be repeated like the prompts."
-    )
+  _check_one_answer_per_completion(completions, answer)
   rewards = []
   for completion, gold in zip(completions, answer):
     gold_number = extract_final_number(gsm8k_gold_answer(str(gold)))

@@ -60,3 +60,15 @@ def test_bench_writes_report_table_and_plots(tmp_path):
   for plot in ("step_time.png", "phases.png"):
     assert (tmp_path / plot).read_bytes()[:4] == b"\x89PNG"
   assert report["outputs"]["plots"]
+
+
+def test_workload_flags_are_job_config_fields():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import grpo_job  # pylint: disable=g-import-not-at-top
+
+  job_fields = {f.name for f in dataclasses.fields(grpo_job.GrpoJobConfig)}
+  flags = arms.Workload(steps=3, dataset="toy").job_flags()
+  names = {flag[2:].split("=", 1)[0] for flag in flags}
+  assert names == {f.name for f in dataclasses.fields(arms.Workload)}
+  assert names <= job_fields, names - job_fields
+  assert "--steps=3" in flags and "--dataset=toy" in flags

@@ -26,7 +26,7 @@ from __future__ import annotations
 import pathlib
 import string
 
-import numpy as np
+import hf_qwen3
 
 PAD = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -44,58 +44,30 @@ CHAT_TEMPLATE = (
 def write(directory: pathlib.Path, *, seed: int = 0) -> pathlib.Path:
   """Writes the checkpoint into `directory` (created); returns it."""
   # pylint: disable=g-import-not-at-top
-  import safetensors.numpy
   import tokenizers
   from tokenizers import decoders, pre_tokenizers
   import transformers
   # pylint: enable=g-import-not-at-top
 
-  directory.mkdir(parents=True, exist_ok=True)
   vocab = {PAD: 0, IM_START: 1, IM_END: 2}
   vocab.update({c: i + 3 for i, c in enumerate(CHARS)})
-  vocab_size = len(vocab)
-  d, f, nh, nkv, hd, layers = 32, 64, 4, 2, 16, 2
-  transformers.Qwen3Config(
-      vocab_size=vocab_size,
-      hidden_size=d,
-      intermediate_size=f,
-      num_hidden_layers=layers,
-      num_attention_heads=nh,
-      num_key_value_heads=nkv,
-      head_dim=hd,
-      rope_theta=1e6,  # What Tunix 0.1.7's Qwen3 hardcodes.
-      rms_norm_eps=1e-6,
-      tie_word_embeddings=True,
-      eos_token_id=2,
-      pad_token_id=0,
-  ).save_pretrained(directory)
-
-  rng = np.random.default_rng(seed)
-
-  def w(*shape, scale=0.3):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-  weights = {
-      "model.embed_tokens.weight": w(vocab_size, d, scale=1.0),
-      "model.norm.weight": 1 + w(d, scale=0.1),
-  }
-  for i in range(layers):
-    p = f"model.layers.{i}."
-    weights.update({
-        p + "input_layernorm.weight": 1 + w(d, scale=0.1),
-        p + "post_attention_layernorm.weight": 1 + w(d, scale=0.1),
-        p + "self_attn.q_proj.weight": w(nh * hd, d),
-        p + "self_attn.k_proj.weight": w(nkv * hd, d),
-        p + "self_attn.v_proj.weight": w(nkv * hd, d),
-        p + "self_attn.o_proj.weight": w(d, nh * hd),
-        p + "self_attn.q_norm.weight": 1 + w(hd, scale=0.1),
-        p + "self_attn.k_norm.weight": 1 + w(hd, scale=0.1),
-        p + "mlp.gate_proj.weight": w(f, d),
-        p + "mlp.up_proj.weight": w(f, d),
-        p + "mlp.down_proj.weight": w(d, f),
-    })
-  safetensors.numpy.save_file(
-      weights, str(directory / "model.safetensors"), metadata={"format": "pt"}
+  hf_qwen3.write_qwen3_weights(
+      directory,
+      transformers.Qwen3Config(
+          vocab_size=len(vocab),
+          hidden_size=32,
+          intermediate_size=64,
+          num_hidden_layers=2,
+          num_attention_heads=4,
+          num_key_value_heads=2,
+          head_dim=16,
+          rope_theta=1e6,  # What Tunix 0.1.7's Qwen3 hardcodes.
+          rms_norm_eps=1e-6,
+          tie_word_embeddings=True,
+          eos_token_id=2,
+          pad_token_id=0,
+      ),
+      seed=seed,
   )
 
   tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, PAD))

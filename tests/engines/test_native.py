@@ -268,6 +268,7 @@ def test_rows_are_sharded_over_the_engine_mesh(placement_engines):
   finally:
     sampler._compiled_prefill_fn = prefill
     sampler._compiled_decode_fn = decode
+  assert set(seen) == {"prefill_in", "decode_out"}  # The spies ran.
   for stage, state in seen.items():
     for name, x in [
         ("token_buffer", state.token_buffer),

@@ -37,6 +37,7 @@ vllm = pytest.importorskip("vllm")
 
 from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
 from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.engines import base  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import vllm as vllm_engine  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
@@ -168,8 +169,8 @@ def test_greedy_tokens_and_logprobs_match_native(pair):
   assert ve.model() is None
 
 
-def test_per_token_logps_match_native(pair):
-  ve, ne, _ = pair
+def _assert_logps_match_native(ve, ne) -> None:
+  """Both engines score the native engine's greedy completions alike."""
   out = ne.generate(PROMPTS, GREEDY)
   comp = np.full((len(PROMPTS), GREEDY.max_tokens_to_generate), PAD, np.int32)
   for i, t in enumerate(out.tokens):
@@ -180,6 +181,11 @@ def test_per_token_logps_match_native(pair):
   mask = np.cumsum(comp == PAD, axis=1) == 0  # Before the first pad.
   assert mask.sum() >= 40
   np.testing.assert_allclose(got * mask, want * mask, atol=1e-4, rtol=0)
+
+
+def test_per_token_logps_match_native(pair):
+  ve, ne, _ = pair
+  _assert_logps_match_native(ve, ne)
 
 
 def test_publication_installs_new_weights(pair, mesh):
@@ -252,7 +258,7 @@ def test_one_call_per_parameter_updates_by_module(pair, mesh):
   leaves = jax.tree_util.tree_flatten_with_path(new)[0]
   for i, (path, x) in enumerate(leaves):
     tree = x
-    for k in reversed([native._key_part(p) for p in path]):
+    for k in reversed([base.key_part(p) for p in path]):
       tree = {k: tree}
     ve.update_params(tree, filter_types=(nnx.Param,))
     if i == 0 and ve._pending:
@@ -308,15 +314,7 @@ def test_pad_is_never_sampled(sampler_engine, mesh):
 
 def test_host_transfer_weights_match_native(sampler_engine):
   ve, ne, _ = sampler_engine
-  out = ne.generate(PROMPTS, GREEDY)
-  comp = np.full((len(PROMPTS), GREEDY.max_tokens_to_generate), PAD, np.int32)
-  for i, t in enumerate(out.tokens):
-    comp[i, :len(t)] = t
-  mask = np.cumsum(comp == PAD, axis=1) == 0
-  got = np.asarray(ve.get_per_token_logps(out.left_padded_prompt_tokens, comp))
-  want = np.asarray(ne.get_per_token_logps(out.left_padded_prompt_tokens,
-                                           comp))
-  np.testing.assert_allclose(got * mask, want * mask, atol=1e-4, rtol=0)
+  _assert_logps_match_native(ve, ne)
 
 
 def test_options_are_validated():

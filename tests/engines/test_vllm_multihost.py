@@ -25,18 +25,15 @@ host. Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`).
 """
 
 import json
-import subprocess
-import sys
 import textwrap
 
-import numpy as np
 import pytest
 
+import example_runs
 import launch_utils
 
 pytest.importorskip("vllm")
 
-EXAMPLE = launch_utils.REPO_ROOT / "examples" / "grpo_qwen3.py"
 
 _SCRIPT = textwrap.dedent("""
     import json
@@ -169,16 +166,12 @@ def test_engines_generate_from_the_published_weights(tmp_path):
 @pytest.fixture(scope="module")
 def grpo_run(tmp_path_factory):
   out = tmp_path_factory.mktemp("vllm_grpo")
-  proc = subprocess.run(
-      [sys.executable, str(EXAMPLE), "--engine=vllm", "--backend=mcjax",
-       "--num_hosts=2", "--devices_per_host=2", "--steps=3",
-       "--batch_size=4", "--num_generations=4", "--max_new_tokens=6",
-       "--seed=3", "--learning_rate=1e-2", f"--dump_dir={out}",
-       f"--metrics_out={out}/metrics.jsonl", "--timeout=500"],
-      env=launch_utils.launcher_env(), capture_output=True, text=True,
-      timeout=600,
+  example_runs.run_example(
+      out, "--engine=vllm", "--backend=mcjax", "--num_hosts=2",
+      "--devices_per_host=2", "--steps=3", "--batch_size=4",
+      "--num_generations=4", "--max_new_tokens=6", "--seed=3",
+      "--learning_rate=1e-2",
   )
-  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
   return out
 
 
@@ -207,20 +200,5 @@ def test_grpo_with_vllm_engines_completes_with_learning_signal(grpo_run):
         assert len(set(call["completions"][g:g + 4])) > 1
   assert varied >= 1
 
-  # The parameters moved away from the initial model.
-  from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
-  init = models.create_tiny_model(models.tiny_qwen3_config(head_dim=32),
-                                  seed=3)
-  init_flat = {
-      jax.tree_util.keystr(p): np.asarray(v)
-      for p, v in jax.tree_util.tree_flatten_with_path(
-          nnx.state(init, nnx.Param))[0]
-  }
-  final = np.load(grpo_run / "params.npz")
-  assert sorted(final.files) == sorted(init_flat)
-  moved = max(float(np.abs(final[k] - init_flat[k]).max()) for k in final.files)
-  assert moved > 1e-3, moved
-
+  # The parameters moved away from the initial model (as the run saved it).
+  example_runs.assert_parameters_moved(grpo_run)

@@ -96,15 +96,10 @@ class Workload:
       raise ValueError("steps and passes must be >= 1.")
 
   def job_flags(self) -> list[str]:
-    return [
-        f"--steps={self.steps}", f"--passes={self.passes}",
-        f"--batch_size={self.batch_size}",
-        f"--num_generations={self.num_generations}",
-        f"--max_new_tokens={self.max_new_tokens}",
-        f"--max_prompt_length={self.max_prompt_length}",
-        f"--learning_rate={self.learning_rate}", f"--seed={self.seed}",
-        f"--dataset={self.dataset}",
-    ]
+    # Every field is a GrpoJobConfig field of the same name (checked by
+    # tests/bench), hence a flag of examples/grpo_qwen3.py.
+    return [f"--{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)]
 
   def scored(self, step: int) -> bool:
     """Whether a (1-based) step belongs to the scored (last) pass."""

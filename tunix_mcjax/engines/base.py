@@ -28,6 +28,7 @@ from collections.abc import Callable
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
+from flax import nnx
 import jax
 import jaxtyping
 import numpy as np
@@ -114,8 +115,6 @@ class Engine(base_rollout.BaseRollout, abc.ABC):
     weights live outside JAX (e.g. vLLM with PyTorch) return the JAX-side
     staging layout they convert from.
     """
-    from flax import nnx  # pylint: disable=g-import-not-at-top
-
     return nnx.state(self.model(), nnx.Param)
 
 
@@ -174,6 +173,14 @@ def default_seed(rollout_config: base_rollout.RolloutConfig | None) -> int:
   return 0
 
 
+def default_cache_size(rollout_config: base_rollout.RolloutConfig) -> int:
+  """Longest prompt + completion an engine must hold for `rollout_config`."""
+  return int(max(
+      rollout_config.kv_cache_size,
+      rollout_config.max_prompt_length + rollout_config.max_tokens_to_generate,
+  ))
+
+
 def check_engine_mesh(mesh: jax.sharding.Mesh) -> None:
   """Raises unless `mesh` is host-local with Auto axes (engines need both)."""
   if not isinstance(mesh, jax.sharding.Mesh):
@@ -194,3 +201,63 @@ def check_engine_mesh(mesh: jax.sharding.Mesh) -> None:
         " jax.make_mesh defaults to Explicit axes: pass"
         " axis_types=(jax.sharding.AxisType.Auto,) * ndim."
     )
+
+
+def key_part(k: Any) -> Any:
+  """A tree-path entry as a plain dict key / index / attribute name."""
+  for attr in ("key", "idx", "name"):
+    if hasattr(k, attr):
+      return getattr(k, attr)
+  return str(k)
+
+
+def path_name(path: tuple[Any, ...]) -> str:
+  """A `flat_arrays` path for error messages."""
+  return "/".join(str(p) for p in path)
+
+
+def flat_arrays(tree: Any) -> dict[tuple[Any, ...], Any]:
+  """Flattens an nnx.State / nested dict of (Variables of) arrays by path."""
+  if isinstance(tree, nnx.State):
+    tree = nnx.to_pure_dict(tree)
+  else:
+    tree = jax.tree.map(
+        lambda v: _variable_value(v) if isinstance(v, nnx.Variable) else v,
+        tree,
+        is_leaf=lambda v: isinstance(v, nnx.Variable),
+    )
+  flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {tuple(key_part(k) for k in path): v for path, v in flat}
+
+
+def _variable_value(v: nnx.Variable) -> Any:
+  # flax >= 0.12 deprecates `.value` in favour of `get_value()`.
+  return v.get_value() if hasattr(v, "get_value") else v.value
+
+
+def check_row_ids(row_ids: Any) -> np.ndarray:
+  """Row identities (B, 2) as uint32, or ValueError saying what is wrong."""
+  ids = np.asarray(row_ids)
+  if ids.ndim != 2 or ids.shape[1] != 2:
+    raise ValueError(f"row ids must have shape (B, 2); got {ids.shape}.")
+  if not np.issubdtype(ids.dtype, np.integer):
+    raise ValueError(f"row ids must be integers; got dtype {ids.dtype}.")
+  if ids.size and (ids.min() < 0 or ids.max() >= 2**32):
+    raise ValueError(
+        "row ids must lie in [0, 2**32) to be folded into a PRNG key; got"
+        f" range [{ids.min()}, {ids.max()}]."
+    )
+  return ids.astype(np.uint32)
+
+
+def host_rows(x: Any, name: str) -> np.ndarray:
+  """This host's (B, T) rows as numpy; refuses global arrays."""
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    raise ValueError(
+        f"{name} is a global array not fully addressable by this process;"
+        " pass this host's rows (numpy or a host-local array)."
+    )
+  x = np.asarray(x)
+  if x.ndim != 2:
+    raise ValueError(f"{name} must have shape (B, T); got {x.shape}.")
+  return x

@@ -58,7 +58,6 @@ Mesh = jax.sharding.Mesh
 NamedSharding = jax.sharding.NamedSharding
 PartitionSpec = jax.sharding.PartitionSpec
 
-_UINT32_LIMIT = 2**32
 
 
 @contextlib.contextmanager
@@ -118,23 +117,9 @@ def row_keys(
   Returns:
     A uint32 array (B, 2) of raw PRNG keys, one per row.
   """
-  ids = _check_row_ids(row_ids)
+  ids = base.check_row_ids(row_ids)
   fn = jax.jit(_row_keys_impl, out_shardings=sharding)
   return fn(jax.random.PRNGKey(seed), ids)
-
-
-def _check_row_ids(row_ids: Any) -> np.ndarray:
-  ids = np.asarray(row_ids)
-  if ids.ndim != 2 or ids.shape[1] != 2:
-    raise ValueError(f"row ids must have shape (B, 2); got {ids.shape}.")
-  if not np.issubdtype(ids.dtype, np.integer):
-    raise ValueError(f"row ids must be integers; got dtype {ids.dtype}.")
-  if ids.size and (ids.min() < 0 or ids.max() >= _UINT32_LIMIT):
-    raise ValueError(
-        "row ids must lie in [0, 2**32) to be folded into a PRNG key; got"
-        f" range [{ids.min()}, {ids.max()}]."
-    )
-  return ids.astype(np.uint32)
 
 
 def _is_per_row_key(seed: jax.Array, batch_size: int) -> bool:
@@ -306,36 +291,6 @@ class PerRowKeySampler(sampler_lib.Sampler):
     )
 
 
-def _key_part(k: Any) -> Any:
-  for attr in ("key", "idx", "name"):
-    if hasattr(k, attr):
-      return getattr(k, attr)
-  return str(k)
-
-
-def _path_name(path: tuple[Any, ...]) -> str:
-  return "/".join(str(p) for p in path)
-
-
-def _flat_arrays(tree: Any) -> dict[tuple[Any, ...], Any]:
-  """Flattens an nnx.State / nested dict of (Variables of) arrays by path."""
-  if isinstance(tree, nnx.State):
-    tree = nnx.to_pure_dict(tree)
-  else:
-    tree = jax.tree.map(
-        lambda v: _variable_value(v) if isinstance(v, nnx.Variable) else v,
-        tree,
-        is_leaf=lambda v: isinstance(v, nnx.Variable),
-    )
-  flat, _ = jax.tree_util.tree_flatten_with_path(tree)
-  return {tuple(_key_part(k) for k in path): v for path, v in flat}
-
-
-def _variable_value(v: nnx.Variable) -> Any:
-  # flax >= 0.12 deprecates `.value` in favour of `get_value()`.
-  return v.get_value() if hasattr(v, "get_value") else v.value
-
-
 class NativeEngine(base.Engine):
   """Tunix's sampler on a private, replicated, data-parallel model copy.
 
@@ -420,11 +375,7 @@ class NativeEngine(base.Engine):
         raise ValueError(
             "NativeEngine needs `cache_size` or `rollout_config`."
         )
-      cache_size = max(
-          rollout_config.kv_cache_size,
-          rollout_config.max_prompt_length
-          + rollout_config.max_tokens_to_generate,
-      )
+      cache_size = base.default_cache_size(rollout_config)
     if cache_size <= 0:
       raise ValueError(f"cache_size must be positive; got {cache_size}.")
 
@@ -470,10 +421,9 @@ class NativeEngine(base.Engine):
           local_mesh=engine_mesh,
           mapping=source_mapping,
       )
-    self._graphdef = nnx.graphdef(model)
     self._expected = {
         path: jax.ShapeDtypeStruct(x.shape, x.dtype)
-        for path, x in _flat_arrays(nnx.state(model, nnx.Param)).items()
+        for path, x in base.flat_arrays(nnx.state(model, nnx.Param)).items()
     }
     config = getattr(model, "config", None)
     self._sampler = PerRowKeySampler(
@@ -487,6 +437,16 @@ class NativeEngine(base.Engine):
         ),
         row_sharding=self._row_sharding,
     )
+    # The sampler's state keeps its structure: updates are unflattened into
+    # it directly instead of rebuilding the module (which costs more than the
+    # update itself on real models).
+    state = self._sampler.transformer_state
+    self._state_treedef = jax.tree.structure(state)
+    self._state_paths = list(base.flat_arrays(state))
+    if [id(x) for x in base.flat_arrays(state).values()] != [
+        id(x) for x in jax.tree.leaves(state)
+    ]:
+      raise AssertionError("Unexpected leaf order of the sampler's state.")
 
   def _local_copy(self, source: nnx.Module, *, owned: bool) -> nnx.Module:
     graphdef, state = nnx.split(source)
@@ -550,7 +510,7 @@ class NativeEngine(base.Engine):
     num_rows = len(prompts)
     if num_rows == 0:
       raise ValueError("Cannot generate from an empty list of prompts.")
-    ids = _check_row_ids(self._row_ids.take(num_rows))
+    ids = base.check_row_ids(self._row_ids.take(num_rows))
     if ids.shape[0] != num_rows:
       raise ValueError(
           f"The row-id source returned {ids.shape[0]} ids for {num_rows} rows."
@@ -598,8 +558,8 @@ class NativeEngine(base.Engine):
     Returns:
       A (B, C) array on `engine_mesh`, like `VanillaRollout`'s.
     """
-    prompts = _host_rows(prompt_tokens, "prompt_tokens")
-    completions = _host_rows(completion_tokens, "completion_tokens")
+    prompts = base.host_rows(prompt_tokens, "prompt_tokens")
+    completions = base.host_rows(completion_tokens, "completion_tokens")
     num_rows = prompts.shape[0]
     if completions.shape[0] != num_rows:
       raise ValueError(
@@ -646,14 +606,15 @@ class NativeEngine(base.Engine):
     """
     if self._source_publisher is not None:
       params = self._source_publisher(params)
-    new_flat = _flat_arrays(params)
+    new_flat = base.flat_arrays(params)
     if self._reshard_on_update:
       new_flat = {p: self._into_layout(p, x) for p, x in new_flat.items()}
     self._check_params(new_flat, partial=filter_types is not None)
-    flat_old, treedef = _flat_with_treedef(self._sampler.transformer_state)
-    merged = [new_flat.get(path, old) for path, old in flat_old.items()]
-    new_model = nnx.merge(self._graphdef, jax.tree.unflatten(treedef, merged))
-    self._sampler.transformer_state = nnx.variables(new_model)
+    old = jax.tree.leaves(self._sampler.transformer_state)
+    self._sampler.transformer_state = jax.tree.unflatten(
+        self._state_treedef,
+        [new_flat.get(p, x) for p, x in zip(self._state_paths, old)],
+    )
 
   def _into_layout(self, path: tuple[Any, ...], x: Any) -> Any:
     """Process-local array -> the engine's dtype and replicated layout."""
@@ -675,7 +636,7 @@ class NativeEngine(base.Engine):
   ) -> None:
     """Raises ValueError naming a parameter not in the engine's layout."""
     unexpected = sorted(
-        _path_name(p) for p in new_flat if p not in self._expected
+        base.path_name(p) for p in new_flat if p not in self._expected
     )
     if unexpected:
       raise ValueError(
@@ -684,7 +645,7 @@ class NativeEngine(base.Engine):
       )
     if not partial:
       missing = sorted(
-          _path_name(p) for p in self._expected if p not in new_flat
+          base.path_name(p) for p in self._expected if p not in new_flat
       )
       if missing:
         raise ValueError(
@@ -692,7 +653,7 @@ class NativeEngine(base.Engine):
             " filter_types to update a subset."
         )
     for path, x in new_flat.items():
-      name = _path_name(path)
+      name = base.path_name(path)
       want = self._expected[path]
       if not isinstance(x, jax.Array):
         raise ValueError(
@@ -719,24 +680,3 @@ class NativeEngine(base.Engine):
 
   def model(self) -> nnx.Module:
     return self._sampler.transformer
-
-
-def _flat_with_treedef(
-    state: nnx.State,
-) -> tuple[dict[tuple[Any, ...], Any], Any]:
-  flat, treedef = jax.tree_util.tree_flatten_with_path(
-      nnx.to_pure_dict(state)
-  )
-  return {tuple(_key_part(k) for k in p): v for p, v in flat}, treedef
-
-
-def _host_rows(x: Any, name: str) -> np.ndarray:
-  if isinstance(x, jax.Array) and not x.is_fully_addressable:
-    raise ValueError(
-        f"{name} is a global array not fully addressable by this process;"
-        " pass this host's rows (numpy or a host-local array)."
-    )
-  x = np.asarray(x)
-  if x.ndim != 2:
-    raise ValueError(f"{name} must have shape (B, T); got {x.shape}.")
-  return x

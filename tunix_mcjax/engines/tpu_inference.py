@@ -541,10 +541,7 @@ class TpuInferenceEngine(base.Engine):
     eos = rollout_config.eos_tokens or None
     vllm_mapping.write_hf_config_dir(config_dir, vllm_mapping.qwen3_hf_config(
         config, bos_id=None, eos_id=eos, pad_id=None,
-        max_position_embeddings=max(
-            rollout_config.kv_cache_size,
-            rollout_config.max_prompt_length
-            + rollout_config.max_tokens_to_generate),
+        max_position_embeddings=base.default_cache_size(rollout_config),
         torch_dtype=np.dtype(
             rollout_config.data_type or config.param_dtype).name,
     ))
@@ -643,14 +640,6 @@ class TpuInferenceEngine(base.Engine):
     return None
 
 
-# Convenience for tests and callers holding a model rather than a state.
-def trainer_names(model_or_state: Any) -> list[str]:
-  """Dotted parameter names of a Tunix model or state (for diagnostics)."""
-  state = (nnx.state(model_or_state, nnx.Param)
-           if isinstance(model_or_state, nnx.Module) else model_or_state)
-  return flatten_named(state)[2]
-
-
 __all__ = [
     "LocalWriter",
     "TargetParam",
@@ -659,5 +648,4 @@ __all__ = [
     "flatten_named",
     "local_write",
     "qwen3_plan",
-    "trainer_names",
 ]

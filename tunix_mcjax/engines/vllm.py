@@ -75,7 +75,6 @@ from tunix.rl.rollout import base_rollout
 
 from tunix_mcjax import compat
 from tunix_mcjax.engines import base
-from tunix_mcjax.engines import native
 from tunix_mcjax.engines import vllm_mapping
 
 Mesh = jax.sharding.Mesh
@@ -340,7 +339,7 @@ class VllmEngine(base.Engine):
     # Staging layout: Tunix's names and shapes in the engine dtype,
     # replicated on the engine mesh (what the publisher all-gathers into).
     params = nnx.state(source, nnx.Param)
-    flat = native._flat_arrays(params)  # pylint: disable=protected-access
+    flat = base.flat_arrays(params)
     self._mapping.check(flat)
     dtype = self._options.dtype or (
         None if rollout_config is None or rollout_config.data_type is None
@@ -395,7 +394,6 @@ class VllmEngine(base.Engine):
     self._install(flat, subset=False)
     self.initial_install_stats = self.last_update_stats
     self.last_update_stats = None
-    del source, params, flat
 
   # --- construction helpers -------------------------------------------------
 
@@ -408,11 +406,7 @@ class VllmEngine(base.Engine):
       raise ValueError(
           "VllmEngine needs `rollout_config` or options.max_model_len."
       )
-    return int(max(
-        rollout_config.kv_cache_size,
-        rollout_config.max_prompt_length
-        + rollout_config.max_tokens_to_generate,
-    ))
+    return base.default_cache_size(rollout_config)
 
   def _create_llm(self, config_dir: str, dtype: str) -> Any:
     opts = self._options
@@ -523,7 +517,7 @@ class VllmEngine(base.Engine):
       ValueError: naming the first parameter that is unexpected, missing
         (complete updates), or of the wrong shape, dtype or layout.
     """
-    flat = native._flat_arrays(params)  # pylint: disable=protected-access
+    flat = base.flat_arrays(params)
     complete = set(flat) == set(self._expected)
     self._check_params(flat, allow_reshard=self._reshard_on_update,
                        subset=filter_types is not None)
@@ -564,8 +558,9 @@ class VllmEngine(base.Engine):
     t2 = time.perf_counter()
     self.last_update_stats = EngineUpdateStats(
         num_tensors=len(tensors),
-        bytes=int(sum(np.prod(self._expected[p].shape) for p in flat)
-                  * self._dtype.itemsize),
+        bytes=self._bytes if not subset else int(
+            sum(np.prod(self._expected[p].shape) for p in flat)
+            * self._dtype.itemsize),
         convert_seconds=t1 - t0,
         reload_seconds=t2 - t1,
         seconds=t2 - t0,
@@ -678,7 +673,7 @@ class VllmEngine(base.Engine):
     num_rows = len(prompts)
     if num_rows == 0:
       raise ValueError("Cannot generate from an empty list of prompts.")
-    ids = native._check_row_ids(self._row_ids.take(num_rows))  # pylint: disable=protected-access
+    ids = base.check_row_ids(self._row_ids.take(num_rows))
     if ids.shape[0] != num_rows:
       raise ValueError(
           f"The row-id source returned {ids.shape[0]} ids for {num_rows} rows."
@@ -784,8 +779,8 @@ class VllmEngine(base.Engine):
       A (B, C) float32 array.
     """
     self._check_complete()
-    prompts = native._host_rows(prompt_tokens, "prompt_tokens")  # pylint: disable=protected-access
-    completions = native._host_rows(completion_tokens, "completion_tokens")  # pylint: disable=protected-access
+    prompts = base.host_rows(prompt_tokens, "prompt_tokens")
+    completions = base.host_rows(completion_tokens, "completion_tokens")
     if prompts.shape[0] != completions.shape[0]:
       raise ValueError(
           f"prompt_tokens has {prompts.shape[0]} rows but completion_tokens"

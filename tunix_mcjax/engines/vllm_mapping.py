@@ -212,10 +212,6 @@ class Qwen3ToHf:
     self._tensors = qwen3_hf_tensors(config)
     self._by_src = {t.src: t for t in self._tensors}
 
-  @property
-  def tensors(self) -> tuple[HfTensor, ...]:
-    return self._tensors
-
   def check(self, flat: Mapping[ParamPath, Any], *, subset: bool = False
             ) -> None:
     """Raises ValueError naming the first parameter that does not fit.

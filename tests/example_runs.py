@@ -1,0 +1,106 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Runs of examples/grpo_qwen3.py and comparisons of their dumps, for tests.
+
+A run writes (with --dump_dir) rollouts_host<i>.json, records.json,
+params.npz and params_init.npz, and (with --metrics_out) metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+import launch_utils
+
+EXAMPLE = launch_utils.REPO_ROOT / "examples" / "grpo_qwen3.py"
+# The equivalence tests' job: 2 steps, KL on (the reference path runs),
+# a learning rate large enough to move the parameters.
+EQUIVALENCE_FLAGS = (
+    "--steps=2", "--batch_size=4", "--num_generations=4",
+    "--max_new_tokens=6", "--beta=0.04", "--seed=3", "--learning_rate=1e-2",
+)
+
+
+def run_example(out: pathlib.Path, *args: str,
+                timeout: int = 600) -> pathlib.Path:
+  """Runs the example with dumps into `out`; fails the test on an error."""
+  proc = subprocess.run(
+      [sys.executable, str(EXAMPLE), *args, f"--dump_dir={out}",
+       f"--metrics_out={out}/metrics.jsonl", f"--timeout={timeout - 100}"],
+      env=launch_utils.launcher_env(), capture_output=True, text=True,
+      timeout=timeout,
+  )
+  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+  return out
+
+
+def read_rollouts(out: pathlib.Path) -> list[dict]:
+  """Per step, all hosts' rows in global order (hosts hold contiguous
+  blocks)."""
+  hosts = sorted(out.glob("rollouts_host*.json"))
+  per_host = [json.loads(h.read_text()) for h in hosts]
+  steps = []
+  for k in range(len(per_host[0])):
+    steps.append({
+        key: sum((h[k][key] for h in per_host), [])
+        for key in ("prompts", "completions", "rewards")
+    })
+  return steps
+
+
+def assert_same_rollouts_and_rewards(ref_dir: pathlib.Path,
+                                     got_dir: pathlib.Path) -> None:
+  ref, got = read_rollouts(ref_dir), read_rollouts(got_dir)
+  assert len(ref) == len(got) == 2
+  for step, (a, b) in enumerate(zip(ref, got)):
+    assert a["prompts"] == b["prompts"], step
+    assert a["completions"] == b["completions"], step
+    assert a["rewards"] == b["rewards"], step
+  # The comparison is not vacuous: sampling produced different completions
+  # within a group, so the advantages (and gradients) are non-zero.
+  assert len(set(ref[0]["completions"][:4])) > 1
+
+
+def assert_same_losses_and_parameters(ref_dir: pathlib.Path,
+                                      got_dir: pathlib.Path) -> set[str]:
+  """Losses, rewards and final parameters agree (1e-6); returns the names."""
+  ref = json.loads((ref_dir / "records.json").read_text())
+  got = json.loads((got_dir / "records.json").read_text())
+  assert [r["step"] for r in got] == [1, 2]
+  np.testing.assert_allclose([r["loss"] for r in got],
+                             [r["loss"] for r in ref], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose([r["reward_mean"] for r in got],
+                             [r["reward_mean"] for r in ref], rtol=1e-6)
+  pa = np.load(ref_dir / "params.npz")
+  pb = np.load(got_dir / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files)
+  for k in pa.files:
+    np.testing.assert_allclose(pb[k], pa[k], atol=1e-6, rtol=1e-6, err_msg=k)
+  return set(pa.files)
+
+
+def assert_parameters_moved(run_dir: pathlib.Path) -> float:
+  """Training changed the parameters (guards comparisons of final values)."""
+  pa = np.load(run_dir / "params_init.npz")
+  pb = np.load(run_dir / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files)
+  moved = max(float(np.abs(pa[k] - pb[k]).max()) for k in pa.files)
+  assert moved > 1e-3, moved
+  return moved
