@@ -833,8 +833,10 @@ class McJaxRLCluster(compat.RLCluster):
         ),
         "loss": meta["loss"],
         "grad_norm": meta["grad_norm"],
-        "step_time_s": float(col("step_s").max()),
-        # The slowest host's: that is what the step waits for.
+        # The slowest host's step and phases (the phases add up to it; the
+        # hosts' own step clocks differ by when each left the last
+        # collective, not by work).
+        "step_time_s": float(col("step_s")[slow]),
         "phases": {p: float(col(f"phase/{p}")[slow]) for p in PHASES},
         "host_overhead": {
             o: float(col(f"overhead/{o}")[slow]) for o in HOST_OVERHEADS
