@@ -28,6 +28,7 @@ from collections.abc import Callable
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
+from absl import logging
 from flax import nnx
 import jax
 import jaxtyping
@@ -171,6 +172,39 @@ def default_seed(rollout_config: base_rollout.RolloutConfig | None) -> int:
   if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
     return int(seed)
   return 0
+
+
+def engine_mesh_and_source(
+    engine: str,
+    *,
+    mesh: jax.sharding.Mesh | None,
+    engine_mesh: jax.sharding.Mesh | None,
+    rollout_actor: Any,
+    initial_model: Any,
+) -> tuple[jax.sharding.Mesh, Any]:
+  """The checked engine mesh (default: Tunix's ROLLOUT `mesh`) and the model
+  to take the first weights from (`initial_model`, else `rollout_actor`)."""
+  engine_mesh = mesh if engine_mesh is None else engine_mesh
+  if engine_mesh is None:
+    raise ValueError(f"{engine} needs `engine_mesh` (or `mesh`).")
+  check_engine_mesh(engine_mesh)
+  source = rollout_actor if initial_model is None else initial_model
+  if source is None:
+    raise ValueError(f"{engine} needs `rollout_actor` or `initial_model`.")
+  return engine_mesh, source
+
+
+def row_ids_or_counter(engine: str, row_ids: RowIdSource | None
+                       ) -> RowIdSource:
+  """`row_ids`, or (with a warning) a per-engine counter."""
+  if row_ids is not None:
+    return row_ids
+  logging.warning(
+      "%s has no row-id source: rows are keyed by a per-engine counter, so"
+      " sampled completions depend on how rows are split across hosts and"
+      " calls (sampling is not placement-invariant).", engine,
+  )
+  return CounterRowIds()
 
 
 def default_cache_size(rollout_config: base_rollout.RolloutConfig) -> int:

@@ -38,7 +38,6 @@ import dataclasses
 from typing import Any
 import warnings
 
-from absl import logging
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -361,15 +360,9 @@ class NativeEngine(base.Engine):
         MaxText actor's), applied inside the same jitted program that lays
         them out.
     """
-    engine_mesh = mesh if engine_mesh is None else engine_mesh
-    if engine_mesh is None:
-      raise ValueError("NativeEngine needs `engine_mesh` (or `mesh`).")
-    base.check_engine_mesh(engine_mesh)
-    source = rollout_actor if initial_model is None else initial_model
-    if source is None:
-      raise ValueError(
-          "NativeEngine needs `rollout_actor` or `initial_model`."
-      )
+    engine_mesh, source = base.engine_mesh_and_source(
+        "NativeEngine", mesh=mesh, engine_mesh=engine_mesh,
+        rollout_actor=rollout_actor, initial_model=initial_model)
     if cache_size is None:
       if rollout_config is None:
         raise ValueError(
@@ -391,14 +384,7 @@ class NativeEngine(base.Engine):
         static_argnums=1,
         out_shardings=self._replicated,
     )
-    if row_ids is None:
-      logging.warning(
-          "NativeEngine has no row-id source: rows are keyed by a per-engine"
-          " counter, so sampled completions depend on how rows are split"
-          " across hosts and calls (sampling is not placement-invariant)."
-      )
-      row_ids = base.CounterRowIds()
-    self._row_ids = row_ids
+    self._row_ids = base.row_ids_or_counter("NativeEngine", row_ids)
     # One jit per engine: its out_shardings names this engine's mesh.
     self._row_keys_fn = jax.jit(
         _row_keys_impl, out_shardings=self._row_sharding

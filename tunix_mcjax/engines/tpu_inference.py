@@ -506,21 +506,17 @@ class TpuInferenceEngine(base.Engine):
   ):
     del row_ids, reshard_on_update  # See the class docstring.
     self._options = options or TpuInferenceOptions()
-    engine_mesh = mesh if engine_mesh is None else engine_mesh
-    if engine_mesh is None or rollout_config is None:
-      raise ValueError("TpuInferenceEngine needs engine_mesh (or mesh) and"
-                       " rollout_config.")
-    base.check_engine_mesh(engine_mesh)
+    if rollout_config is None:
+      raise ValueError("TpuInferenceEngine needs rollout_config.")
+    engine_mesh, source = base.engine_mesh_and_source(
+        "TpuInferenceEngine", mesh=mesh, engine_mesh=engine_mesh,
+        rollout_actor=rollout_actor, initial_model=initial_model)
     if jax.default_backend() != "tpu":
       raise RuntimeError(
           "The 'vllm_tpu' engine runs tpu-inference, which needs TPUs (this"
           f" process's JAX backend is {jax.default_backend()!r}); on GPU or"
           " CPU use the 'vllm' engine."
       )
-    source = rollout_actor if initial_model is None else initial_model
-    if source is None:
-      raise ValueError("TpuInferenceEngine needs rollout_actor or"
-                       " initial_model.")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["MODEL_IMPL_TYPE"] = "flax_nnx"
     os.environ.pop("TPU_MULTIHOST_BACKEND", None)

@@ -296,13 +296,9 @@ class VllmEngine(base.Engine):
       options: see `VllmEngineOptions`.
     """
     self._options = options or VllmEngineOptions()
-    engine_mesh = mesh if engine_mesh is None else engine_mesh
-    if engine_mesh is None:
-      raise ValueError("VllmEngine needs `engine_mesh` (or `mesh`).")
-    base.check_engine_mesh(engine_mesh)
-    source = rollout_actor if initial_model is None else initial_model
-    if source is None:
-      raise ValueError("VllmEngine needs `rollout_actor` or `initial_model`.")
+    engine_mesh, source = base.engine_mesh_and_source(
+        "VllmEngine", mesh=mesh, engine_mesh=engine_mesh,
+        rollout_actor=rollout_actor, initial_model=initial_model)
     config = getattr(source, "config", None)
     from tunix.models.qwen3 import model as qwen3_lib  # pylint: disable=g-import-not-at-top
 
@@ -323,14 +319,7 @@ class VllmEngine(base.Engine):
         base.default_seed(rollout_config)
         if seed is None else int(seed)
     )
-    if row_ids is None:
-      logging.warning(
-          "VllmEngine has no row-id source: rows are seeded by a per-engine"
-          " counter, so samples depend on how rows are split across hosts"
-          " and calls (sampling is not placement-invariant)."
-      )
-      row_ids = base.CounterRowIds()
-    self._row_ids = row_ids
+    self._row_ids = base.row_ids_or_counter("VllmEngine", row_ids)
     self._tokenizer = (
         tokenizer if isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter)
         else tokenizer_adapter.TokenizerAdapter(tokenizer)
