@@ -233,3 +233,20 @@ def host_results(
   assert sorted(out) == list(range(num_hosts)), describe(result)
   return out
 
+
+def run_script_on_hosts(
+    script_text: str,
+    directory: pathlib.Path,
+    *,
+    num_hosts: int = 2,
+    devices_per_host: int = 2,
+    timeout: float = 240,
+) -> dict[int, dict]:
+  """Writes `script_text` into `directory`, runs it on every host, checks the
+  launch succeeded and returns each host's `RESULT` record."""
+  script = directory / "host_script.py"
+  script.write_text(script_text)
+  res = run_launched(script, num_hosts=num_hosts,
+                     devices_per_host=devices_per_host, timeout=timeout)
+  assert_ok(res)
+  return host_results(res, num_hosts)

@@ -130,12 +130,8 @@ _SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-  script = tmp_path_factory.mktemp("pub") / "publish.py"
-  script.write_text(_SCRIPT)
-  res = launch_utils.run_launched(script, num_hosts=2, devices_per_host=2,
-                                  timeout=240)
-  launch_utils.assert_ok(res)
-  return launch_utils.host_results(res, 2)
+  return launch_utils.run_script_on_hosts(
+      _SCRIPT, tmp_path_factory.mktemp("pub"))
 
 
 def test_engine_params_equal_gathered_trainer_params(results):

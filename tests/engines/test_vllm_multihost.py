@@ -138,12 +138,7 @@ _SCRIPT = textwrap.dedent("""
 
 
 def test_engines_generate_from_the_published_weights(tmp_path):
-  script = tmp_path / "vllm_publish.py"
-  script.write_text(_SCRIPT)
-  res = launch_utils.run_launched(script, num_hosts=2, devices_per_host=2,
-                                  timeout=400)
-  launch_utils.assert_ok(res)
-  out = launch_utils.host_results(res, 2)
+  out = launch_utils.run_script_on_hosts(_SCRIPT, tmp_path, timeout=400)
   for host, rec in out.items():
     assert rec["steps"] == 1, rec
     # Before and after the step, the engine's log-probs are the trainer's.
