@@ -28,7 +28,7 @@ PYTHON311 ?= $(shell for c in $(PY311_CANDIDATES); do \
 TORCH_CPU_INDEX ?=
 VLLM_PIP_ARGS := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
 VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
-  tests/engines/test_vllm_mapping.py tests/engines/test_tpu_inference.py
+  tests/engines/test_vllm_mapping.py tests/engines/experimental/test_tpu_inference.py
 
 .PHONY: help venv demo test test-fast lock clean bench venv-vllm test-vllm demo-vllm lock-vllm maxtext-patched
 
@@ -73,7 +73,7 @@ bench: $(STAMP)
 	$(PY) -m tunix_mcjax.bench --mode=$(or $(BENCH_MODE),quick) --out=runs/bench
 
 maxtext-patched: $(STAMP)
-	$(PY) -m tunix_mcjax.maxtext_patching --out=build/maxtext_patched
+	$(PY) -m tunix_mcjax.maxtext.patching --out=build/maxtext_patched
 
 $(STAMP_VLLM): requirements/vllm.lock pyproject.toml
 	@if [ -z "$(PYTHON311)" ]; then \

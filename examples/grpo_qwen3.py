@@ -40,7 +40,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tunix_mcjax import grpo_job
+from tunix_mcjax.recipes import grpo_job
 
 # Flag defaults are the job config's own.
 _DEFAULTS = grpo_job.GrpoJobConfig()
@@ -64,7 +64,7 @@ _MAXTEXT_CONFIG = flags.DEFINE_string(
 _MAXTEXT_OVERRIDES = flags.DEFINE_list(
     "maxtext_overrides", None,
     "--trainer=maxtext: key=value MaxText settings replacing the tiny Qwen3"
-    " defaults (tunix_mcjax.maxtext_models.TINY_QWEN3_OVERRIDES), e.g."
+    " defaults (tunix_mcjax.maxtext.models.TINY_QWEN3_OVERRIDES), e.g."
     " model_name=qwen3-0.6b,weight_dtype=bfloat16.",
 )
 _LOAD_PARAMETERS_PATH = flags.DEFINE_string(
@@ -234,7 +234,7 @@ def main(argv: Sequence[str]) -> None:
     )
   summary = grpo_job.run(cfg)
   records = summary["records"]
-  if records and os.environ.get(launch.ENV_HOST_ID, "0") == "0":
+  if records and os.environ.get(runtime.ENV_HOST_ID, "0") == "0":
     first, last = records[0], records[-1]
     print(
         f"[grpo] mean reward: first step {first['reward_mean']:.3f} -> last"

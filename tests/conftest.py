@@ -19,6 +19,11 @@ at import, so they must be set before any test touches a device.
 """
 
 import os
+import pathlib
+import sys
+
+# Shared test helpers (launch_utils, example_runs, ...) live in tests/support.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "support"))
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"

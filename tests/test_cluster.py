@@ -23,13 +23,15 @@ import tunix_mcjax
 
 _SCRIPT = textwrap.dedent("""
     import dataclasses, json
+    import jax
     import numpy as np
     from tunix_mcjax import runtime
     runtime.initialize()
     import optax
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
-    from tunix_mcjax import compat, models
+    from tunix_mcjax import compat
+    from tunix_mcjax.recipes import models
 
     gm, lm = runtime.global_mesh(), runtime.local_mesh()
     actor = models.create_tiny_model(models.tiny_qwen3_config(), seed=0,
@@ -73,12 +75,12 @@ _SCRIPT = textwrap.dedent("""
       errors["rows"] = None
     except ValueError as e:
       errors["rows"] = str(e)
-    g = cluster._to_global(np.full((4, 5), runtime.jax.process_index()))
+    g = cluster._to_global(np.full((4, 5), jax.process_index()))
     rows = cluster._local_rows(g)
     print("RESULT " + json.dumps(dict(
-        host=runtime.jax.process_index(), errors=errors, per_host=per_host,
+        host=jax.process_index(), errors=errors, per_host=per_host,
         global_shape=list(g.shape), local_ok=bool(
-            (rows == runtime.jax.process_index()).all() and rows.shape == (4, 5)),
+            (rows == jax.process_index()).all() and rows.shape == (4, 5)),
     )), flush=True)
 """)
 

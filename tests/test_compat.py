@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from tunix.rl import utils as rl_utils
 
 from tunix_mcjax import compat
-from tunix_mcjax import models
+from tunix_mcjax.recipes import models
 
 def test_compat_hooks_exist_in_installed_tunix():
   for name in compat.REQUIRED_CLUSTER_MEMBERS:

@@ -217,7 +217,7 @@ def test_balancing_refuses_several_updates_per_batch():
 
 def test_per_parameter_and_one_call_publication_agree():
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import models, publication, runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models, publication, runtime  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import base as engines_base  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 

@@ -28,6 +28,7 @@ import launch_utils
 import pytest
 
 from tunix_mcjax import launch
+from tunix_mcjax import runtime
 
 # Every host script starts like this: record the pid first, so that the
 # orphan check covers hosts that die early.
@@ -386,10 +387,10 @@ def test_host_env_replaces_device_count_flag():
   assert env["XLA_FLAGS"] == (
       "--xla_foo=1 --xla_force_host_platform_device_count=4"
   )
-  assert env[launch.ENV_COORDINATOR] == "127.0.0.1:1234"
-  assert env[launch.ENV_NUM_HOSTS] == "3"
-  assert env[launch.ENV_HOST_ID] == "2"
-  assert env[launch.ENV_DEVICES_PER_HOST] == "4"
+  assert env[runtime.ENV_COORDINATOR] == "127.0.0.1:1234"
+  assert env[runtime.ENV_NUM_HOSTS] == "3"
+  assert env[runtime.ENV_HOST_ID] == "2"
+  assert env[runtime.ENV_DEVICES_PER_HOST] == "4"
   assert env["JAX_PLATFORMS"] == "cpu"
   assert env["PYTHONUNBUFFERED"] == "1"
   assert env["KEEP"] == "yes"

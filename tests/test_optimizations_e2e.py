@@ -46,7 +46,7 @@ import numpy as np
 import pytest
 
 from tunix_mcjax import admission
-from tunix_mcjax import tasks
+from tunix_mcjax.recipes import tasks
 
 COMMON = dict(steps=2, batch_size=4, num_generations=4, max_new_tokens=4,
               beta=0.04, seed=3, learning_rate=1e-2)
@@ -57,7 +57,7 @@ _SCRIPT = textwrap.dedent("""
     from absl import logging
     from tunix_mcjax import runtime
     runtime.initialize()
-    from tunix_mcjax import grpo_job
+    from tunix_mcjax.recipes import grpo_job
 
     logging.set_verbosity(logging.WARNING)
     out = sys.argv[1]

@@ -36,7 +36,7 @@ _SCRIPT = textwrap.dedent("""
     from jax.experimental import multihost_utils
     from tunix.rl import common
     from tunix.rl.rollout import base_rollout
-    from tunix_mcjax import models, publication
+    from tunix_mcjax.recipes import models, publication
     from tunix_mcjax.engines import base as engines_base
     from tunix_mcjax.engines import native
 

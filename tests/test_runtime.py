@@ -27,10 +27,10 @@ from tunix_mcjax import launch
 from tunix_mcjax import runtime
 
 _LAUNCHER_VARS = (
-    launch.ENV_COORDINATOR,
-    launch.ENV_NUM_HOSTS,
-    launch.ENV_HOST_ID,
-    launch.ENV_DEVICES_PER_HOST,
+    runtime.ENV_COORDINATOR,
+    runtime.ENV_NUM_HOSTS,
+    runtime.ENV_HOST_ID,
+    runtime.ENV_DEVICES_PER_HOST,
 )
 
 
@@ -103,10 +103,10 @@ def test_config_validation(kwargs, message):
 
 def test_config_from_env_reads_launcher_variables():
   config = runtime.RuntimeConfig.from_env({
-      launch.ENV_COORDINATOR: "127.0.0.1:4321",
-      launch.ENV_NUM_HOSTS: "3",
-      launch.ENV_HOST_ID: "2",
-      launch.ENV_DEVICES_PER_HOST: "4",
+      runtime.ENV_COORDINATOR: "127.0.0.1:4321",
+      runtime.ENV_NUM_HOSTS: "3",
+      runtime.ENV_HOST_ID: "2",
+      runtime.ENV_DEVICES_PER_HOST: "4",
   })
   assert config == runtime.RuntimeConfig(
       coordinator_address="127.0.0.1:4321",

@@ -284,7 +284,7 @@ class McJaxRLCluster(compat.RLCluster):
     if spec is None and _is_maxtext_actor(actor):
       # A MaxText Transformer cannot sample: engines run Tunix's Qwen3 and
       # publication maps the MaxText parameters into it.
-      from tunix_mcjax import maxtext_models  # pylint: disable=g-import-not-at-top
+      from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
 
       spec = maxtext_models.engine_model_spec(
           actor.base.config, dtype=jnp.dtype(actor.base.config.weight_dtype)

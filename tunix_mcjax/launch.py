@@ -48,11 +48,13 @@ import threading
 import time
 from typing import BinaryIO, TextIO
 
-# The contract between this launcher and tunix_mcjax.runtime.
-ENV_COORDINATOR = "TUNIX_MCJAX_COORDINATOR"
-ENV_NUM_HOSTS = "TUNIX_MCJAX_NUM_HOSTS"
-ENV_HOST_ID = "TUNIX_MCJAX_HOST_ID"
-ENV_DEVICES_PER_HOST = "TUNIX_MCJAX_DEVICES_PER_HOST"
+from tunix_mcjax.runtime import ENV_COORDINATOR
+from tunix_mcjax.runtime import ENV_DEVICES_PER_HOST
+from tunix_mcjax.runtime import ENV_HOST_ID
+from tunix_mcjax.runtime import ENV_NUM_HOSTS
+
+# The contract between this launcher and tunix_mcjax.runtime (which owns
+# the environment-variable names and imports no jax at module level).
 
 EXIT_USAGE = 2
 EXIT_TIMEOUT = 124

@@ -28,6 +28,9 @@ It picks one of three start-ups:
 The mesh helpers order devices host by host, so that a contiguous block of the
 first mesh axis belongs to one host: `host_mesh_view` relies on it to expose a
 leading "host" axis over the same devices.
+
+Importing this module does not import jax (the launcher reads the
+environment contract below without starting JAX).
 """
 
 from __future__ import annotations
@@ -38,19 +41,22 @@ import dataclasses
 import inspect
 import os
 import threading
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from absl import logging
-import jax
-import numpy as np
 
-from tunix_mcjax.launch import ENV_COORDINATOR
-from tunix_mcjax.launch import ENV_DEVICES_PER_HOST
-from tunix_mcjax.launch import ENV_HOST_ID
-from tunix_mcjax.launch import ENV_NUM_HOSTS
+if TYPE_CHECKING:
+  import jax
+  from jax.sharding import Mesh
 
-Mesh = jax.sharding.Mesh
+
 Source = Literal["launcher", "cluster", "single"]
+
+# How a local launcher (tunix_mcjax.launch) tells each host process its place.
+ENV_COORDINATOR = "TUNIX_MCJAX_COORDINATOR"
+ENV_NUM_HOSTS = "TUNIX_MCJAX_NUM_HOSTS"
+ENV_HOST_ID = "TUNIX_MCJAX_HOST_ID"
+ENV_DEVICES_PER_HOST = "TUNIX_MCJAX_DEVICES_PER_HOST"
 
 CPU_COLLECTIVES = ("gloo", "mpi")
 HOST_AXIS = "host"
@@ -267,6 +273,7 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
       requested.
     ValueError: the installed jax lacks an option the config asks for.
   """
+  import jax  # pylint: disable=g-import-not-at-top
   global _INFO, _CONFIG
   with _LOCK:
     if _INFO is not None:
@@ -355,6 +362,7 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
 
 def _optional_distributed_kwargs(config: RuntimeConfig) -> dict[str, Any]:
   """Keyword arguments that only some jax versions accept."""
+  import jax  # pylint: disable=g-import-not-at-top
   kwargs = {}
   if config.heartbeat_timeout_s is not None:
     params = inspect.signature(jax.distributed.initialize).parameters
@@ -369,6 +377,7 @@ def _optional_distributed_kwargs(config: RuntimeConfig) -> dict[str, Any]:
 
 
 def _set_cpu_device_count(count: int) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
   try:
     jax.config.update("jax_num_cpu_devices", count)
   except AttributeError:
@@ -390,6 +399,7 @@ def _set_cpu_device_count(count: int) -> None:
 
 def _detected_cluster() -> str | None:
   """Names the cluster environment JAX would auto-detect, or None."""
+  import jax  # pylint: disable=g-import-not-at-top
   if os.environ.get("JAX_COORDINATOR_ADDRESS"):
     return "JAX_COORDINATOR_ADDRESS"
   try:
@@ -414,6 +424,7 @@ def _detected_cluster() -> str | None:
 
 
 def _backends_initialized() -> bool:
+  import jax  # pylint: disable=g-import-not-at-top
   try:
     from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
 
@@ -453,6 +464,7 @@ def _check_tp(tp: int, devices_per_host: int) -> None:
 
 def host_contiguous_devices() -> list[jax.Device]:
   """All devices of all hosts, host by host, by id within a host."""
+  import jax  # pylint: disable=g-import-not-at-top
   return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
 
 
@@ -471,6 +483,7 @@ def global_mesh(
   Returns:
     A mesh of shape (device_count // tp, tp).
   """
+  import numpy as np  # pylint: disable=g-import-not-at-top
   names = _check_axis_names(axis_names)
   devices = host_contiguous_devices()
   per_host = collections.Counter(d.process_index for d in devices)
@@ -488,6 +501,8 @@ def local_mesh(
     *, axis_names: Sequence[str] = _DEFAULT_AXIS_NAMES, tp: int = 1
 ) -> Mesh:
   """A (fsdp, tp) mesh over this host's devices only, for host-local work."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   names = _check_axis_names(axis_names)
   devices = sorted(jax.local_devices(), key=lambda d: d.id)
   _check_tp(tp, len(devices))
@@ -510,6 +525,7 @@ def host_mesh_view(mesh: Mesh) -> Mesh:
   Returns:
     The reshaped mesh.
   """
+  import numpy as np  # pylint: disable=g-import-not-at-top
   if HOST_AXIS in mesh.axis_names:
     raise ValueError(
         f"mesh already has a {HOST_AXIS!r} axis: {mesh.axis_names}."

@@ -64,7 +64,7 @@ def test_bench_writes_report_table_and_plots(tmp_path):
 
 def test_workload_flags_are_job_config_fields():
   import dataclasses  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import grpo_job  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
 
   job_fields = {f.name for f in dataclasses.fields(grpo_job.GrpoJobConfig)}
   flags = arms.Workload(steps=3, dataset="toy").job_flags()

@@ -46,8 +46,8 @@ import numpy as np
 import pytest
 
 import launch_utils
-from cli import base_config_fixture
-from cli import tiny_checkpoint
+import base_config_fixture
+import tiny_checkpoint
 
 REPO = launch_utils.REPO_ROOT
 RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / "run_qwen3.sh"

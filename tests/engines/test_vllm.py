@@ -36,7 +36,7 @@ from tunix.rl.rollout import base_rollout
 vllm = pytest.importorskip("vllm")
 
 from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
-from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import base  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import vllm as vllm_engine  # pylint: disable=g-import-not-at-top

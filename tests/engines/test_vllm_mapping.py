@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from tunix.models.qwen3 import params as qwen3_params
 
-from tunix_mcjax import models
+from tunix_mcjax.recipes import models
 from tunix_mcjax.engines import vllm_mapping
 
 

@@ -47,7 +47,8 @@ _SCRIPT = textwrap.dedent("""
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
-    from tunix_mcjax import cluster as cluster_lib, compat, models, tasks
+    from tunix_mcjax import cluster as cluster_lib, compat
+    from tunix_mcjax.recipes import models, tasks
 
     gm = runtime.global_mesh()
     cfg = models.tiny_qwen3_config(head_dim=32)

@@ -143,7 +143,7 @@ def run_micro(micro: arms_lib.MicroConfig, out: pathlib.Path,
 
 def _admission_prompts(n: int) -> tuple[list[str], str]:
   """GSM8K prompts if the shared data is there, else synthetic ones."""
-  from tunix_mcjax import tasks  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import tasks  # pylint: disable=g-import-not-at-top
 
   if GSM8K.exists():
     rows = tasks.load_gsm8k(str(GSM8K))[:n]

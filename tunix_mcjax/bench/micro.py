@@ -178,7 +178,8 @@ def decode_bench(
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import models, publication, runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import publication, runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 
   gm, lm = runtime.global_mesh(), runtime.local_mesh()
@@ -239,7 +240,8 @@ def admission_vs_hosts(
   controller admits all of it. Both the dataset-order deal and the balanced
   deal (O3, which measures every prompt on every host) are timed.
   """
-  from tunix_mcjax import admission, models  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import admission  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 
   tok = models.ToyTokenizer(models.PRINTABLE_ALPHABET)
   length_fn = lambda ps: [len(tok.encode(p)) for p in ps]

@@ -385,7 +385,7 @@ def load_local_checkpoint(path: str, model_config: Mapping[str, Any], mesh):
   # pylint: disable=g-import-not-at-top
   from tunix.models import automodel
   from tunix.models import naming
-  from tunix_mcjax import models
+  from tunix_mcjax.recipes import models
   # pylint: enable=g-import-not-at-top
 
   os.environ["HF_HUB_OFFLINE"] = "1"  # Nothing here may reach a hub.

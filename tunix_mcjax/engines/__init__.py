@@ -26,7 +26,7 @@ registered even in environments without vLLM.
 from tunix_mcjax.engines.base import Engine
 from tunix_mcjax.engines.base import RowIdSource
 from tunix_mcjax.engines.native import NativeEngine
-from tunix_mcjax.engines.tpu_inference import TpuInferenceEngine
+from tunix_mcjax.engines.experimental.tpu_inference import TpuInferenceEngine
 from tunix_mcjax.engines.vllm import VllmEngine
 from tunix_mcjax.registry import ENGINES
 

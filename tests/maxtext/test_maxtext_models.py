@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tunix_mcjax import grpo_job
-from tunix_mcjax import maxtext_models
+from tunix_mcjax.recipes import grpo_job
+from tunix_mcjax.maxtext import models as maxtext_models
 from tunix_mcjax import publication
 from tunix_mcjax import runtime
 from tunix_mcjax.engines import native

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tunix_mcjax import tasks
+from tunix_mcjax.recipes import tasks
 
 BACKENDS = ("tunix", "mcjax")
 _DEMO = tasks.DEMO_DEFAULTS
@@ -148,7 +148,7 @@ class GrpoJobConfig:
 
 
 def _tokenizer(cfg: GrpoJobConfig) -> Any:
-  from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 
   if cfg.model == "tiny":
     return models.ToyTokenizer()
@@ -158,7 +158,7 @@ def _tokenizer(cfg: GrpoJobConfig) -> Any:
 
 def _build_maxtext(cfg: GrpoJobConfig):
   """MaxText actor, reference (or None), tokenizer, mesh, config."""
-  from tunix_mcjax import maxtext_models  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
 
   tokenizer = _tokenizer(cfg)
   overrides = None
@@ -186,7 +186,7 @@ def _build_maxtext(cfg: GrpoJobConfig):
 def _build_models(cfg: GrpoJobConfig, mesh):
   """Actor, reference (or None) and tokenizer, sharded on `mesh`."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import models  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 
   dtype = jnp.dtype(cfg.dtype)
   if cfg.model == "tiny":
@@ -236,7 +236,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   axis_rules = None
   if cfg.trainer == "maxtext":
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import maxtext_models  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
 
     actor, reference, tokenizer, mesh, mt_config = _build_maxtext(cfg)
     engine_model = maxtext_models.engine_model_spec(

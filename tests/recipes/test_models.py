@@ -37,10 +37,10 @@ from tunix.generate import tokenizer_adapter
 
 import hf_qwen3
 
-from tunix_mcjax import models
-from tunix_mcjax import tasks
+from tunix_mcjax.recipes import models
+from tunix_mcjax.recipes import tasks
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _mesh(fsdp: int, tp: int = 1) -> jax.sharding.Mesh:
@@ -513,7 +513,7 @@ _MULTIHOST_SCRIPT = textwrap.dedent("""\
     runtime.initialize()
     import jax, numpy as np
     from flax import nnx
-    from tunix_mcjax import models
+    from tunix_mcjax.recipes import models
 
     def check(sharded, plain):
       # Every addressable shard equals the same slice of a local, unsharded
@@ -547,7 +547,6 @@ _MULTIHOST_SCRIPT = textwrap.dedent("""\
 def test_multihost_creation_and_loading_agree(tmp_path):
   if not (REPO_ROOT / "tunix_mcjax" / "launch.py").exists():
     pytest.skip("tunix_mcjax/launch.py (the multi-host launcher) is missing")
-  sys.path.insert(0, str(pathlib.Path(__file__).parent))
   import launch_utils  # pylint: disable=g-import-not-at-top
 
   write_tiny_hf_checkpoint(tmp_path / "ck", tied=False, seed=4)

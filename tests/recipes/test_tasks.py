@@ -24,10 +24,10 @@ import jax
 import numpy as np
 import pytest
 
-from tunix_mcjax import tasks
+from tunix_mcjax.recipes import tasks
 
 SHARED_GSM8K = (
-    pathlib.Path(__file__).resolve().parents[2] / "shared/data/gsm8k"
+    pathlib.Path(__file__).resolve().parents[3] / "shared/data/gsm8k"
 )
 
 _ROWS = [

@@ -27,7 +27,7 @@ import example_runs
 import launch_utils
 import pytest
 
-from cli import tiny_checkpoint
+import tiny_checkpoint
 
 GSM8K = launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Slack on top of the launcher's own --timeout and --grace before the test
 # gives up on the launcher itself: it covers interpreter start-up and reaping.

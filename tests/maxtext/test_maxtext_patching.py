@@ -15,7 +15,7 @@
 """maxtext_patches/: each patch applies to the pinned maxtext and does its job.
 
 The patches are applied to a copy of the installed maxtext
-(`tunix_mcjax.maxtext_patching`); the copy is put first on PYTHONPATH of
+(`tunix_mcjax.maxtext.patching`); the copy is put first on PYTHONPATH of
 subprocesses, so the environment's maxtext stays pristine. The end-to-end
 test runs MaxText's own RL entry point (patched) for 2 GRPO steps with a
 tiny Qwen3 on 2 local hosts x 2 CPU devices under the mcjax backend.
@@ -30,8 +30,8 @@ import sys
 import pytest
 
 import launch_utils
-from cli import tiny_checkpoint
-from tunix_mcjax import maxtext_patching
+import tiny_checkpoint
+from tunix_mcjax.maxtext import patching as maxtext_patching
 
 GSM8K = (launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
          / "train.jsonl")

@@ -28,8 +28,8 @@ from flax import nnx
 import numpy as np
 import pytest
 
-from tunix_mcjax import models
-from tunix_mcjax.engines import tpu_inference as ti
+from tunix_mcjax.recipes import models
+from tunix_mcjax.engines.experimental import tpu_inference as ti
 
 P = jax.sharding.PartitionSpec
 TP = 4

@@ -14,7 +14,7 @@
 
 """Applies `maxtext_patches/*.patch` to a copy of the installed MaxText.
 
-  python -m tunix_mcjax.maxtext_patching --out build/maxtext_patched
+  python -m tunix_mcjax.maxtext.patching --out build/maxtext_patched
   PYTHONPATH=build/maxtext_patched python -m maxtext.trainers.post_train.rl.train_rl ...
 
 The installed `maxtext` package (it must be the pinned release) is copied to
@@ -37,7 +37,7 @@ from absl import app
 from absl import flags
 
 MAXTEXT_VERSION = "0.2.5"
-PATCH_DIR = pathlib.Path(__file__).resolve().parents[1] / "maxtext_patches"
+PATCH_DIR = pathlib.Path(__file__).resolve().parents[2] / "maxtext_patches"
 
 _OUT = flags.DEFINE_string(
     "out", "build/maxtext_patched", "Folder to put the patched maxtext in."
