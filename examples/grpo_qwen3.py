@@ -14,10 +14,10 @@
 
 r"""GRPO on a Qwen3-architecture model, stock Tunix or the mcjax backend.
 
-Local simulation (no cluster detected): the script re-runs itself under
-`python -m tunix_mcjax.launch` with --num_hosts processes of
---devices_per_host fake CPU devices each (the 'tunix' backend gets one process
-with the same total number of devices):
+Local simulation (no cluster detected): the script re-runs itself as
+--num_hosts processes of --devices_per_host fake CPU devices each
+(`tunix_mcjax.launch.relaunch_as_local_hosts`; the 'tunix' backend gets one
+process with the same total number of devices):
 
   python examples/grpo_qwen3.py --backend=mcjax --num_hosts=2 \
       --devices_per_host=4 --metrics_out=runs/demo/metrics.jsonl
@@ -215,21 +215,17 @@ def main(argv: Sequence[str]) -> None:
   if not runtime.in_multi_controller_environment():
     if _NUM_HOSTS.value < 1 or _DEVICES_PER_HOST.value < 1:
       raise app.UsageError("--num_hosts and --devices_per_host must be >= 1.")
+    # The tunix backend: one process with all simulated hosts' devices.
     hosts = _NUM_HOSTS.value if cfg.backend == "mcjax" else 1
     devices = _DEVICES_PER_HOST.value * (_NUM_HOSTS.value // hosts)
-    print(
-        f"[grpo] local simulation: backend={cfg.backend}, {hosts} host(s) x"
-        f" {devices} CPU devices",
-        flush=True,
-    )
-    if cfg.metrics_out and os.path.exists(cfg.metrics_out):
-      os.remove(cfg.metrics_out)  # One run per file.
     sys.exit(
-        launch.launch(
-            [sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
+        launch.relaunch_as_local_hosts(
+            sys.argv[1:],
             num_hosts=hosts,
             devices_per_host=devices,
             timeout_s=_TIMEOUT.value,
+            fresh_files=[cfg.metrics_out],
+            note=f"backend={cfg.backend}",
         )
     )
   summary = grpo_job.run(cfg)

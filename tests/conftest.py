@@ -12,22 +12,48 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Gives single-process tests four CPU devices.
+"""Test set-up shared by every test module.
 
-JAX reads these variables when its backend starts (first device query), not
-at import, so they must be set before any test touches a device.
+Single-process tests get four CPU devices, set through jax.config before any
+test starts a JAX backend (the first device query). Not through XLA_FLAGS or
+JAX_PLATFORMS: environment variables would leak into the processes that tests
+launch, and those (launched hosts, example runs) set up their own devices
+through tunix_mcjax.runtime. Works with jax 0.10.2 (.venv-vllm) and 0.12
+(.venv).
+
+Shared test helpers (launch_utils, example_runs, ...) live in tests/support/,
+which is put on sys.path here. The launch helpers refuse to start hosts for a
+test without the multihost (and, for example runs, e2e) marker, so that the
+markers `make test-fast` selects on stay true.
 """
 
-import os
 import pathlib
 import sys
 
-# Shared test helpers (launch_utils, example_runs, ...) live in tests/support.
+import jax
+import pytest
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "support"))
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-_DEVICE_FLAG = "--xla_force_host_platform_device_count"
-if _DEVICE_FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (
-      os.environ.get("XLA_FLAGS", "") + f" {_DEVICE_FLAG}=4"
-  ).strip()
+import launch_utils  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+# If a JAX backend had started already, jax_num_cpu_devices raises here: a
+# loud failure rather than tests that silently see one device.
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_num_cpu_devices", 4)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """Tells the launch helpers which markers the running test carries.
+
+  Covers the test's fixtures too (a module-scoped fixture is set up within the
+  first test that uses it).
+  """
+  del nextitem
+  launch_utils.current_test_markers = frozenset(
+      mark.name for mark in item.iter_markers())
+  try:
+    yield
+  finally:
+    launch_utils.current_test_markers = None

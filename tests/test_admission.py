@@ -42,7 +42,9 @@ def test_shares_are_disjoint_complete_and_equal(hosts, chunk):
     shards = list(adm.shard(data))
     assert len(shards) == num_batches
     assert all(len(s["prompts"]) == batch_size // hosts for s in shards)
-    rows = adm.row_ids.take(num_batches * batch_size // hosts * g)
+    # One generate call per batch: a call covers rows of one batch.
+    rows = np.concatenate([adm.row_ids.take(batch_size // hosts * g)
+                           for _ in range(num_batches)])
     assert adm.row_ids.pending() == 0
     per_host.append((shards, rows))
 
@@ -116,11 +118,78 @@ def test_mismatched_field_lengths():
     list(adm.shard([{"prompts": ["a", "b"], "answer": [1]}]))
 
 
+def _stats(digest="d"):
+  return admission.BatchStats(digest=digest, prompt_tokens=-1)
+
+
 def test_engine_asking_for_unadmitted_rows_fails_clearly():
-  tracker = admission.RowIdTracker()
-  tracker.push_prompts([5], 2)
+  ledger = admission.StepLedger()
   with pytest.raises(RuntimeError, match="shard_dataset"):
-    tracker.take(3)
+    ledger.take(2)
+
+
+def test_ledger_rows_are_g_per_prompt_in_admission_order():
+  ledger = admission.StepLedger()
+  ledger.record_batch([5, 9], 3, stats=_stats(), admission_s=0.5)
+  np.testing.assert_array_equal(ledger.take(4), [[5, 0], [5, 1], [5, 2],
+                                                 [9, 0]])
+  np.testing.assert_array_equal(ledger.take(2), [[9, 1], [9, 2]])
+  closed = ledger.close_step()
+  assert closed.batch.batch == 0 and closed.admission_s == 0.5
+  assert closed.batch.stats == _stats()
+
+
+def test_ledger_count_mismatch_names_both_sides():
+  ledger = admission.StepLedger()
+  ledger.record_batch([5], 2, stats=_stats(), admission_s=0.0)
+  ledger.record_batch([6], 2, stats=_stats(), admission_s=0.0)
+  ledger.take(1)
+  # A call spanning two batches: the engine's count vs what admission left.
+  with pytest.raises(RuntimeError) as e:
+    ledger.take(3)
+  msg = str(e.value)
+  assert "asked for 3 rows" in msg
+  assert "recorded 2 rows for batch 0" in msg and "1 are left" in msg
+  # A step that ends before its batch was generated.
+  with pytest.raises(RuntimeError) as e:
+    ledger.close_step()
+  msg = str(e.value)
+  assert "took 1 rows of batch 0" in msg and "recorded 2 rows" in msg
+
+
+def test_ledger_tolerates_prefetch():
+  # The learner admits batch 1 before step 0 ends: each step still closes
+  # its own batch, and the engine takes batch 0's rows first.
+  ledger = admission.StepLedger()
+  ledger.record_batch([0], 2, stats=_stats("a"), admission_s=0.25)
+  ledger.record_batch([1], 2, stats=_stats("b"), admission_s=0.5)
+  np.testing.assert_array_equal(ledger.take(2), [[0, 0], [0, 1]])
+  assert ledger.pending() == 2
+  first = ledger.close_step()
+  assert first.batch.stats.digest == "a"
+  # Admission time is charged to the step whose wall time it took.
+  assert first.admission_s == 0.75
+  np.testing.assert_array_equal(ledger.take(2), [[1, 0], [1, 1]])
+  second = ledger.close_step()
+  assert second.batch.stats.digest == "b" and second.admission_s == 0.0
+  empty = ledger.close_step()
+  assert empty.batch is None
+
+
+def test_admission_writes_the_ledger():
+  data = _batches(2, 4)
+  adm = admission.Admission(
+      admission.AdmissionConfig(num_hosts=2, host_index=1, num_generations=2),
+      length_fn=lambda ps: [len(p) for p in ps])
+  shares = list(adm.shard(data))
+  entries = adm.ledger.entries
+  assert [e.batch for e in entries] == [0, 1]
+  for b, (entry, share) in enumerate(zip(entries, shares)):
+    assert entry.stats.digest == admission.prompts_digest(data[b]["prompts"])
+    assert entry.stats.prompt_tokens == sum(len(p) for p in share["prompts"])
+    assert entry.admission_s > 0
+    prompts = [int(p[1:]) for p in share["prompts"]]
+    np.testing.assert_array_equal(entry.row_ids[:, 0], np.repeat(prompts, 2))
 
 
 def test_stream_indices_continue_across_batches_and_epochs():
@@ -130,7 +199,8 @@ def test_stream_indices_continue_across_batches_and_epochs():
   ds = adm.shard(data)
   list(ds)
   list(ds)  # A second epoch draws fresh sampling keys.
-  rows = adm.row_ids.take(adm.row_ids.pending())
+  rows = np.concatenate([adm.row_ids.take(4) for _ in range(4)])
+  assert adm.row_ids.pending() == 0
   np.testing.assert_array_equal(
       np.unique(rows[:, 0]), [0, 1, 4, 5, 8, 9, 12, 13]
   )

@@ -15,7 +15,9 @@
 """McJaxRLCluster configuration checks and the backend registry."""
 
 import textwrap
+import types
 
+import jax.numpy as jnp
 import launch_utils
 import pytest
 
@@ -65,6 +67,9 @@ _SCRIPT = textwrap.dedent("""
         errors[name] = None
       except (ValueError, NotImplementedError) as e:
         errors[name] = str(e)
+    from tunix.rl import utils as rl_utils
+    stock_fn = compat.tunix_is_sharing_weights
+    patches = {"after_refusals": rl_utils.is_sharing_weights is stock_fn}
 
     cluster = tunix_mcjax.create_rl_cluster(
         "mcjax", actor=actor, tokenizer=models.ToyTokenizer(),
@@ -75,10 +80,19 @@ _SCRIPT = textwrap.dedent("""
       errors["rows"] = None
     except ValueError as e:
       errors["rows"] = str(e)
+    try:
+      cluster.generate(["a"], mode=compat.Mode.EVAL)
+      errors["eval"] = None
+    except NotImplementedError as e:
+      errors["eval"] = str(e)
     g = cluster._to_global(np.full((4, 5), jax.process_index()))
     rows = cluster._local_rows(g)
+    patches["while_open"] = rl_utils.is_sharing_weights is stock_fn
+    cluster.close()
+    patches["after_close"] = rl_utils.is_sharing_weights is stock_fn
     print("RESULT " + json.dumps(dict(
         host=jax.process_index(), errors=errors, per_host=per_host,
+        stock_is_sharing_weights=patches,
         global_shape=list(g.shape), local_ok=bool(
             (rows == jax.process_index()).all() and rows.shape == (4, 5)),
     )), flush=True)
@@ -91,11 +105,13 @@ def two_host_results(tmp_path_factory):
       _SCRIPT, tmp_path_factory.mktemp("cluster"))
 
 
+@pytest.mark.multihost
 def test_disjoint_meshes_are_refused(two_host_results):
   for rec in two_host_results.values():
     assert "colocated" in rec["errors"]["disjoint"]
 
 
+@pytest.mark.multihost
 def test_global_batch_knobs_must_divide_over_hosts(two_host_results):
   for rec in two_host_results.values():
     assert "mini_batch_size=3" in rec["errors"]["indivisible"]
@@ -103,18 +119,64 @@ def test_global_batch_knobs_must_divide_over_hosts(two_host_results):
     assert rec["per_host"] == 2  # Global 4 over 2 hosts.
 
 
+@pytest.mark.multihost
 def test_unsupported_options_are_refused(two_host_results):
   for rec in two_host_results.values():
     assert "offload_to_cpu" in rec["errors"]["offload"]
     assert "max_seq_token_per_tpu" in rec["errors"]["packing"]
 
 
+@pytest.mark.multihost
 def test_rows_must_divide_over_local_devices(two_host_results):
   for rec in two_host_results.values():
     # Tunix would silently replicate here; mcjax refuses.
     assert "3 rows" in rec["errors"]["rows"]
     assert rec["global_shape"] == [8, 5]
     assert rec["local_ok"]
+
+
+@pytest.mark.multihost
+def test_eval_generation_does_not_take_training_row_ids(two_host_results):
+  for rec in two_host_results.values():
+    assert "evaluation" in rec["errors"]["eval"]
+
+
+@pytest.mark.multihost
+def test_tunix_fixes_live_exactly_as_long_as_the_cluster(two_host_results):
+  for rec in two_host_results.values():
+    # A refused cluster leaves Tunix as it was; a live one patches it until
+    # close().
+    assert rec["stock_is_sharing_weights"] == {
+        "after_refusals": True, "while_open": False, "after_close": True}
+
+
+def test_backend_factory_gives_maxtext_actors_an_engine_model(monkeypatch):
+  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import backends
+  from tunix_mcjax import cluster as cluster_lib
+  from tunix_mcjax.engines import base as engine_base
+  from tunix_mcjax.maxtext import models as maxtext_models
+  # pylint: enable=g-import-not-at-top
+
+  class TunixMaxTextAdapter:  # Named like MaxText's adapter.
+    base = types.SimpleNamespace(config=types.SimpleNamespace(
+        weight_dtype="bfloat16"))
+
+  seen = []
+
+  def spec(config, dtype):
+    seen.append((config, dtype))
+    return engine_base.EngineModelSpec(create=dict, mapping=dict)
+
+  monkeypatch.setattr(maxtext_models, "engine_model_spec", spec)
+  monkeypatch.setattr(cluster_lib, "McJaxRLCluster",
+                      lambda **kw: kw["options"])
+  options = backends.create_mcjax_cluster(actor=TunixMaxTextAdapter())
+  assert isinstance(options.engine_model, engine_base.EngineModelSpec)
+  assert seen == [(TunixMaxTextAdapter.base.config, jnp.dtype("bfloat16"))]
+  # An actor that can sample itself keeps the options as given.
+  given = cluster_lib.McJaxOptions(log_progress=False)
+  assert backends.create_mcjax_cluster(actor=object(), options=given) is given
 
 
 def test_unknown_backend_lists_the_choices():

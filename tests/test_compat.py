@@ -12,14 +12,119 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The Tunix hooks and fixes in tunix_mcjax.compat, on the installed Tunix."""
+"""tunix_mcjax.compat against the installed Tunix: the touch-point table,
+the rule that only compat reaches those names, and the fixes."""
+
+import importlib
+import io
+import pathlib
+import tokenize
 
 import jax
 import jax.numpy as jnp
+import pytest
 from tunix.rl import utils as rl_utils
 
 from tunix_mcjax import compat
+from tunix_mcjax.compat import touch_points
 from tunix_mcjax.recipes import models
+
+_PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tunix_mcjax"
+
+
+def _row_id(row: touch_points.TouchPoint) -> str:
+  where = f"{row.module}.{row.attr}" if row.attr else row.module
+  return f"{where}:{row.needle}" if row.needle else where
+
+
+@pytest.mark.parametrize("row", touch_points.TOUCH_POINTS, ids=_row_id)
+def test_touch_point_holds_in_installed_packages(row):
+  if row.optional_dependency is not None:
+    try:
+      importlib.import_module(row.optional_dependency)
+    except ImportError:
+      pytest.skip(f"optional dependency {row.optional_dependency!r} is not"
+                  " importable in this environment.")
+  assert touch_points.problem(row) is None, (row.why, touch_points.problem(row))
+
+
+def test_touch_point_rows_are_unique_and_documented():
+  keys = [(r.module, r.attr, r.kind, r.needle)
+          for r in touch_points.TOUCH_POINTS]
+  assert len(set(keys)) == len(keys)
+  for row in touch_points.TOUCH_POINTS:
+    assert row.wrapper.startswith("compat"), row
+    assert row.why, row
+
+
+def _private_accesses(source: str, names: set[str]) -> list[tuple[int, str]]:
+  """(line, name) where code reaches `names` other than via self/super().
+
+  Attribute accesses (`x._name`) and imports count; definitions, accesses on
+  `self`/`cls`/`super()` (overrides in subclasses), strings and comments do
+  not.
+  """
+  skip = (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
+          tokenize.STRING)
+  tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type not in skip]
+  hits = []
+  in_import = False
+  at_start = True
+  for i, t in enumerate(tokens):
+    if t.type == tokenize.NEWLINE:
+      in_import, at_start = False, True
+      continue
+    if at_start:
+      in_import = t.string in ("import", "from")
+      at_start = False
+    if t.type != tokenize.NAME or t.string not in names:
+      continue
+    if i and tokens[i - 1].string == ".":
+      owner = tokens[i - 2].string if i >= 2 else ""
+      via_super = (i >= 4 and tokens[i - 2].string == ")"
+                   and tokens[i - 3].string == "("
+                   and tokens[i - 4].string == "super")
+      if owner in ("self", "cls") or via_super:
+        continue
+      hits.append((t.start[0], t.string))
+    elif in_import:
+      hits.append((t.start[0], t.string))
+  return hits
+
+
+def test_private_names_are_reached_only_through_compat():
+  names = set()
+  for row in touch_points.TOUCH_POINTS:
+    names |= touch_points.private_names(row)
+  assert "_SamplingState" in names and "_model_runner" in names
+  offenders = []
+  for path in sorted(_PACKAGE.rglob("*.py")):
+    if (_PACKAGE / "compat") in path.parents:
+      continue
+    for line, name in _private_accesses(path.read_text(), names):
+      offenders.append(f"{path.relative_to(_PACKAGE.parent)}:{line}: {name}")
+  assert not offenders, (
+      "Private upstream names reached outside tunix_mcjax/compat (wrap them"
+      f" in compat and list them in compat/touch_points.py): {offenders}"
+  )
+
+
+def test_private_access_scan_finds_what_it_should():
+  names = {"_sample", "_SamplingState"}
+  source = (
+      "from tunix.generate.sampler import _SamplingState\n"
+      "x = sampler._sample(1)\n"
+      "from m import (\n    a,\n    _sample,\n)\n"
+      "y = self._sample(1)\n"
+      "z = super()._sample(1)\n"
+      "def _sample(self):\n"
+      "  '''sampler._sample in a docstring'''\n"
+      "  return 1  # sampler._sample in a comment\n"
+  )
+  assert _private_accesses(source, names) == [
+      (1, "_SamplingState"), (2, "_sample"), (5, "_sample")]
+
 
 def test_compat_hooks_exist_in_installed_tunix():
   for name in compat.REQUIRED_CLUSTER_MEMBERS:
@@ -32,10 +137,6 @@ def test_compat_hooks_exist_in_installed_tunix():
   assert compat.last_train_metrics(fake) == {"loss": 2.0}
 
 
-# Tunix's own function, whatever install_fixes() did to the module since.
-rl_utils_is_sharing_weights = compat._is_sharing_weights  # pylint: disable=protected-access
-
-
 def _tiny(seed: int, **overrides):
   return models.create_tiny_model(models.tiny_qwen3_config(**overrides),
                                   seed=seed)
@@ -45,7 +146,7 @@ def test_is_sharing_weights_is_false_for_different_structures():
   two, three = _tiny(0), _tiny(0, num_layers=3)
   # Tunix's own version raises on models of different structure.
   try:
-    stock = rl_utils_is_sharing_weights(two, three)
+    stock = compat.tunix_is_sharing_weights(two, three)
   except ValueError:
     stock = "raised"
   assert stock == "raised"
@@ -55,10 +156,21 @@ def test_is_sharing_weights_is_false_for_different_structures():
   assert compat.is_sharing_weights(two, None) is False
 
 
-def test_install_fixes_replaces_tunix_is_sharing_weights():
-  compat.install_fixes()
-  compat.install_fixes()  # Idempotent.
+def test_install_fixes_replaces_tunix_is_sharing_weights_until_undone():
+  assert rl_utils.is_sharing_weights is compat.tunix_is_sharing_weights
+  first = compat.install_fixes()
+  second = compat.install_fixes()  # Nests.
   assert rl_utils.is_sharing_weights is compat.is_sharing_weights
+  first.undo()
+  first.undo()  # Idempotent: does not release the second holder.
+  assert rl_utils.is_sharing_weights is compat.is_sharing_weights
+  second.undo()
+  assert rl_utils.is_sharing_weights is compat.tunix_is_sharing_weights
+  with compat.install_fixes() as handle:
+    assert handle.active
+    assert rl_utils.is_sharing_weights is compat.is_sharing_weights
+  assert not handle.active
+  assert rl_utils.is_sharing_weights is compat.tunix_is_sharing_weights
 
 
 def test_put_on_memory_kind_moves_arrays_and_keeps_prng_keys():
@@ -72,3 +184,30 @@ def test_put_on_memory_kind_moves_arrays_and_keeps_prng_keys():
   # Without keys it is Tunix's own function.
   plain = compat.put_on_memory_kind({"w": jnp.ones((2,))}, "pinned_host")
   assert plain["w"].sharding.memory_kind == "pinned_host"
+
+
+def test_key_safe_memory_moves_is_undone():
+  original = rl_utils.put_params_on_memory_kind
+  with compat.key_safe_memory_moves():
+    assert rl_utils.put_params_on_memory_kind is compat.put_on_memory_kind
+  assert rl_utils.put_params_on_memory_kind is original
+
+
+def test_hooked_sampler_routes_tunix_step_through_sample_step():
+  from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
+
+  assert issubclass(compat.HookedSampler, sampler_lib.Sampler)
+  calls = []
+
+  class Probe(compat.HookedSampler):
+
+    def __init__(self):  # pylint: disable=super-init-not-called
+      pass
+
+    def sample_step(self, logits, eos, cache, sampler_state):
+      calls.append((logits, eos, cache, sampler_state))
+      return "state"
+
+  # Tunix's decode loop calls the step with keywords.
+  out = getattr(Probe(), "_sample")(logits=1, eos=2, cache=3, sampler_state=4)
+  assert out == "state" and calls == [(1, 2, 3, 4)]

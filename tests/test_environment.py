@@ -41,6 +41,7 @@ def test_installed_versions_match_the_lock(name):
   assert importlib.metadata.version(name) == _pins()[name]
 
 
+@pytest.mark.slow
 def test_maxtext_and_tunix_import_together():
   # MaxText's Tunix adapter is what the MaxText trainer path builds on.
   code = (

@@ -33,6 +33,9 @@ import pytest
 
 import example_runs
 
+pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
+
+
 def _run(tmp: pathlib.Path, name: str, *args: str) -> pathlib.Path:
   return example_runs.run_example(
       tmp / name, *example_runs.EQUIVALENCE_FLAGS, *args)
@@ -75,6 +78,6 @@ def test_metrics_jsonl_schema(runs):
                 "completion_len_mean", "step_time_s", "phases"):
       assert key in rec, key
     assert rec["backend"] == "mcjax" and rec["num_hosts"] == 2
-    assert set(rec["phases"]) == {"admission", "generate", "reward", "logps",
-                                  "train", "publish"}
+    assert set(rec["phases"]) == {"admission", "generate", "logps", "reward",
+                                  "learner_host", "train", "publish"}
     assert rec["step_time_s"] >= max(rec["phases"].values())

@@ -127,6 +127,31 @@ def test_freeze_gc_skips_tunix_collects_and_freezes_after_warmup():
   assert not policy.frozen and policy.froze_after_step == 1
 
 
+def test_gc_hooks_are_undone_and_unhookable_modules_are_reported():
+  from tunix.generate import utils as generate_utils  # pylint: disable=g-import-not-at-top
+  from tunix.rl import rl_cluster  # pylint: disable=g-import-not-at-top
+  from tunix.sft import utils as sft_utils  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import gc_hooks  # pylint: disable=g-import-not-at-top
+
+  tunix_modules = (rl_cluster, sft_utils, generate_utils)
+  policy = hopt.GcPolicy(
+      freeze=True,
+      modules=gc_hooks.TUNIX_GC_MODULES + ("json", "no_such_module_h3"),
+  )
+  policy.start()
+  try:
+    assert policy.patched_modules() == list(gc_hooks.TUNIX_GC_MODULES)
+    # `json` has no module attribute `gc`; the other is not importable.
+    assert policy.unhooked_modules() == ["json", "no_such_module_h3"]
+    assert all(m.gc is not gc for m in tunix_modules)
+  finally:
+    policy.stop()
+  assert all(m.gc is gc for m in tunix_modules)
+  assert policy.patched_modules() == []
+  policy.stop()  # Idempotent.
+  assert all(m.gc is gc for m in tunix_modules)
+
+
 def test_without_freeze_gc_every_step_collects():
   from tunix.rl import rl_cluster  # pylint: disable=g-import-not-at-top
 
@@ -217,7 +242,8 @@ def test_balancing_refuses_several_updates_per_batch():
 
 def test_per_parameter_and_one_call_publication_agree():
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.recipes import models, publication, runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import publication, runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import base as engines_base  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 
@@ -229,10 +255,11 @@ def test_per_parameter_and_one_call_publication_agree():
 
   def engine():
     return native.NativeEngine(
-        rollout_actor=actor, tokenizer=models.ToyTokenizer(), engine_mesh=lm,
+        rollout_actor=actor, tokenizer=models.ToyTokenizer(),
         rollout_config=base_rollout.RolloutConfig(
             max_tokens_to_generate=2, max_prompt_length=2),
-        row_ids=engines_base.CounterRowIds())
+        context=engines_base.EngineContext(
+            engine_mesh=lm, row_ids=engines_base.CounterRowIds()))
 
   one, each = engine(), engine()
   calls = {"one": 0, "each": 0}

@@ -96,6 +96,7 @@ print(f"to stderr from {HOST}", file=sys.stderr)
 """
 
 
+@pytest.mark.multihost
 @pytest.mark.parametrize("num_hosts,devices_per_host", [(2, 2), (3, 2)])
 def test_healthy_job(tmp_path, num_hosts, devices_per_host):
   command = _write_script(tmp_path, _HEALTHY, jax_init=True)
@@ -153,6 +154,7 @@ else:
 """
 
 
+@pytest.mark.multihost
 @pytest.mark.parametrize(
     "mode,message,status",
     [
@@ -189,6 +191,7 @@ else:
 """
 
 
+@pytest.mark.multihost
 def test_collective_hang_is_stopped_by_timeout(tmp_path):
   command = _write_script(tmp_path, _HANG, jax_init=True)
   start = time.monotonic()
@@ -232,6 +235,7 @@ def _start_sleepers(tmp_path: pathlib.Path, num_hosts: int):
   return proc
 
 
+@pytest.mark.multihost
 @pytest.mark.parametrize(
     "sig,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)]
 )
@@ -244,6 +248,7 @@ def test_signal_to_launcher_stops_hosts(tmp_path, sig, status):
   launch_utils.assert_no_survivors(launch_utils.read_pids(tmp_path / "pids"))
 
 
+@pytest.mark.multihost
 def test_hosts_die_with_a_killed_launcher(tmp_path):
   proc = _start_sleepers(tmp_path, num_hosts=2)
   proc.kill()  # SIGKILL: the launcher gets no chance to clean up.
@@ -402,6 +407,7 @@ def test_free_port_is_bindable_on_loopback():
     sock.bind(("127.0.0.1", port))
 
 
+@pytest.mark.multihost
 def test_launch_api_forwards_output_and_status(capsys):
   code = (
       "import os, sys; host = int(os.environ['TUNIX_MCJAX_HOST_ID']);"
@@ -419,3 +425,49 @@ def test_launch_api_forwards_output_and_status(capsys):
   assert "[host 0] hello 0\n" in captured.out
   assert "[host 1] hello 1\n" in captured.out
   assert "error: job failed: host 1 exited with status 5" in captured.err
+
+
+def test_importing_the_launcher_imports_no_jax():
+  code = ("import sys, tunix_mcjax.launch;"
+          " assert 'jax' not in sys.modules, sorted(sys.modules)")
+  subprocess.run([sys.executable, "-c", code], check=True,
+                 env=launch_utils.launcher_env())
+
+
+_RELAUNCHING = textwrap.dedent("""\
+    import os, sys
+    from tunix_mcjax import launch, runtime
+
+    out = sys.argv[1]
+    if not runtime.in_multi_controller_environment():
+      sys.exit(launch.relaunch_as_local_hosts(
+          sys.argv[1:], num_hosts=2, devices_per_host=3, timeout_s=60,
+          fresh_files=[out, None], note="demo"))
+    host = os.environ[runtime.ENV_HOST_ID]
+    with open(out, "a") as f:
+      f.write(f"{host} {os.environ[runtime.ENV_DEVICES_PER_HOST]}"
+              f" {sys.argv[1:]} {__spec__.name if __spec__ else None}\\n")
+""")
+
+
+@pytest.mark.multihost
+@pytest.mark.parametrize("as_module", [False, True])
+def test_relaunch_as_local_hosts(tmp_path, as_module):
+  """A script or `-m` module re-runs itself as local hosts, same arguments."""
+  (tmp_path / "relaunching.py").write_text(_RELAUNCHING)
+  out = tmp_path / "out.txt"
+  out.write_text("from an earlier run\n")  # Removed first: one run per file.
+  program = (["-m", "relaunching"] if as_module
+             else [str(tmp_path / "relaunching.py")])
+  env = launch_utils.launcher_env(
+      {"PYTHONPATH": os.pathsep.join([str(tmp_path),
+                                      str(launch_utils.REPO_ROOT)])})
+  result = subprocess.run(
+      [sys.executable, *program, str(out)], env=env, cwd=tmp_path,
+      capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, launch_utils.describe(result)
+  assert ("[relaunching] local simulation: demo, 2 host(s) x 3 CPU devices"
+          in result.stdout)
+  spec = "relaunching" if as_module else None  # How each host was run.
+  lines = sorted(out.read_text().splitlines())
+  assert lines == [f"{h} 3 {[str(out)]} {spec}" for h in (0, 1)]

@@ -48,6 +48,8 @@ import pytest
 from tunix_mcjax import admission
 from tunix_mcjax.recipes import tasks
 
+pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
+
 COMMON = dict(steps=2, batch_size=4, num_generations=4, max_new_tokens=4,
               beta=0.04, seed=3, learning_rate=1e-2)
 NUM_PARAMS = 24  # Leaves of models.tiny_qwen3_config()'s parameter tree.

@@ -26,6 +26,8 @@ import textwrap
 import launch_utils
 import pytest
 
+pytestmark = [pytest.mark.multihost]
+
 _SCRIPT = textwrap.dedent("""
     import json, os, sys
     import numpy as np
@@ -36,7 +38,8 @@ _SCRIPT = textwrap.dedent("""
     from jax.experimental import multihost_utils
     from tunix.rl import common
     from tunix.rl.rollout import base_rollout
-    from tunix_mcjax.recipes import models, publication
+    from tunix_mcjax import publication
+    from tunix_mcjax.recipes import models
     from tunix_mcjax.engines import base as engines_base
     from tunix_mcjax.engines import native
 
@@ -47,18 +50,19 @@ _SCRIPT = textwrap.dedent("""
     init = publication.Publisher(
         dst=publication.replicated_like(full, lm), local_mesh=lm)
     engine = native.NativeEngine(
-        tokenizer=models.ToyTokenizer(), engine_mesh=lm,
-        initial_model=nnx.merge(graphdef, init(full)),
+        tokenizer=models.ToyTokenizer(),
         rollout_config=base_rollout.RolloutConfig(
             max_tokens_to_generate=4, max_prompt_length=4),
-        row_ids=engines_base.CounterRowIds())
+        context=engines_base.EngineContext(
+            engine_mesh=lm, initial_model=nnx.merge(graphdef, init(full)),
+            row_ids=engines_base.CounterRowIds()))
 
     tokens = np.array([[1, 5, 6, 7, 8, 9], [1, 9, 8, 7, 6, 5]], np.int32)
     prompt, completion = tokens[:, :3], tokens[:, 3:]
 
     def engine_logits():
       g, s = nnx.split(engine.model())
-      with native.use_mesh(lm):
+      with engines_base.use_mesh(lm):
         _, logits = common.compute_per_token_logps(
             g, s, jnp.asarray(prompt), jnp.asarray(completion), 0, 2,
             return_logits=True)

@@ -23,7 +23,6 @@ import launch_utils
 import numpy as np
 import pytest
 
-from tunix_mcjax import launch
 from tunix_mcjax import runtime
 
 _LAUNCHER_VARS = (
@@ -305,6 +304,7 @@ print("MESH OK")
 """
 
 
+@pytest.mark.multihost
 def test_meshes_in_two_host_job(tmp_path):
   script = tmp_path / "mesh.py"
   script.write_text(_HOST_PREAMBLE + _MESH_CHECKS)
@@ -386,6 +386,7 @@ print("TRAIN OK")
 """
 
 
+@pytest.mark.multihost
 def test_fsdp_train_step_matches_single_process(tmp_path):
   script = tmp_path / "train.py"
   script.write_text(_HOST_PREAMBLE + _TRAIN)

@@ -33,10 +33,12 @@ batch, so no communication is needed. The global train batch is then a
 permutation of the unbalanced one (GRPO's loss over a batch does not depend
 on row order, up to float summation order).
 
-Admission also records each admitted row's identity (global prompt index in
-the prompt stream, sample index in its group) in a `RowIdTracker`; the rollout
-engine takes those identities in the same order to derive per-row sampling
-keys, which makes sampling independent of placement.
+Admission writes one entry per admitted batch into a `StepLedger`: the
+admitted rows' identities (global prompt index in the prompt stream, sample
+index in its group), the admission time and the batch's statistics. The
+rollout engine takes the identities from it in the same order to derive
+per-row sampling keys, which makes sampling independent of placement; the
+cluster closes one entry per learner step and reports its statistics.
 """
 
 from __future__ import annotations
@@ -199,42 +201,143 @@ class BatchStats:
   prompt_tokens: int
 
 
-class RowIdTracker:
-  """FIFO of (global prompt index, sample index) for admitted rows.
+@dataclasses.dataclass(kw_only=True)
+class LedgerEntry:
+  """What admission recorded of one batch (one learner step).
 
-  Admission pushes when it yields a batch; the engine takes as it generates.
-  Both run on the learner's data thread, in the same order on every host, so
-  a FIFO is all the bookkeeping needed. The lock only guards against misuse.
+  Attributes:
+    batch: 0-based position of the batch among those the ledger recorded.
+    row_ids: (rows, 2) int64: (global prompt index, sample index) per row, in
+      the learner's np.repeat order.
+    stats: the batch's statistics for the step's metrics.
+    admission_s: time admission spent on the batch.
+    taken: rows the engine has taken so far.
+  """
+
+  batch: int
+  row_ids: np.ndarray
+  stats: BatchStats
+  admission_s: float
+  taken: int = 0
+
+  @property
+  def rows_left(self) -> int:
+    return self.row_ids.shape[0] - self.taken
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClosedStep:
+  """One learner step as the ledger saw it.
+
+  Attributes:
+    batch: the step's batch (the oldest open entry); None when nothing was
+      admitted (the learner was not fed an admitted dataset).
+    admission_s: admission time spent since the previous step closed (with
+      prefetch, this may include a later batch's admission: it is charged to
+      the step whose wall time it took).
+  """
+
+  batch: LedgerEntry | None
+  admission_s: float
+
+
+class StepLedger:
+  """Per-batch entries that admission writes and the engine and cluster read.
+
+  Admission records one entry per batch it yields; the engine takes the
+  rows' identities (`take`, the engines' `RowIdSource`); the cluster closes
+  one entry per learner step (`close_step`) and reads its statistics.
+  Entries are kept in batch order, so a learner that prefetches batches
+  (admits batch k+1 before step k ends) still gets each step's rows and
+  statistics. A generate call whose rows are not the next rows of one batch,
+  or a step that ends before its batch's rows were all generated, is an
+  error naming what admission recorded and what the engine asked for: it
+  would key rows with another row's identity.
+
+  Admission runs on the learner's data thread and steps close on its main
+  thread, hence the lock.
   """
 
   def __init__(self):
-    self._rows: collections.deque[tuple[int, int]] = collections.deque()
+    self._open: collections.deque[LedgerEntry] = collections.deque()
+    self._recorded = 0
+    self._admission_unreported = 0.0
     self._lock = threading.Lock()
 
-  def push_prompts(
-      self, prompt_indices: Sequence[int], num_generations: int
-  ) -> None:
-    """Records the G rows of each prompt, in the learner's np.repeat order."""
+  def record_batch(
+      self,
+      prompt_indices: Sequence[int],
+      num_generations: int,
+      *,
+      stats: BatchStats,
+      admission_s: float,
+  ) -> LedgerEntry:
+    """Opens the entry of an admitted batch: G rows per prompt, in order."""
+    prompts = np.asarray(prompt_indices, dtype=np.int64)
+    rows = np.stack(
+        [np.repeat(prompts, num_generations),
+         np.tile(np.arange(num_generations, dtype=np.int64), prompts.size)],
+        axis=1,
+    )
     with self._lock:
-      for p in prompt_indices:
-        for s in range(num_generations):
-          self._rows.append((int(p), s))
+      entry = LedgerEntry(batch=self._recorded, row_ids=rows, stats=stats,
+                          admission_s=float(admission_s))
+      self._recorded += 1
+      self._open.append(entry)
+      self._admission_unreported += entry.admission_s
+    return entry
+
+  @property
+  def entries(self) -> tuple[LedgerEntry, ...]:
+    """The open entries, oldest first."""
+    with self._lock:
+      return tuple(self._open)
 
   def pending(self) -> int:
-    return len(self._rows)
+    """Rows recorded by admission that the engine has not taken yet."""
+    with self._lock:
+      return sum(e.rows_left for e in self._open)
 
   def take(self, num_rows: int) -> np.ndarray:
+    """The identities of the next `num_rows` rows of the current batch."""
     with self._lock:
-      if num_rows > len(self._rows):
+      entry = next((e for e in self._open if e.rows_left), None)
+      if entry is None:
         raise RuntimeError(
-            f"The engine was asked for {num_rows} rows but admission recorded"
-            f" only {len(self._rows)}: feed the learner the dataset returned"
-            " by `cluster.shard_dataset(...)` (or `Admission.shard`), so that"
-            " every generated row has an identity."
+            f"The engine asked for {num_rows} rows but admission recorded"
+            " none that are not taken yet: feed the learner the dataset"
+            " returned by `cluster.shard_dataset(...)` (or `Admission.shard`),"
+            " so that every generated row has an identity."
         )
-      out = np.array([self._rows.popleft() for _ in range(num_rows)],
-                     dtype=np.int64)
-    return out.reshape(num_rows, 2)
+      if num_rows > entry.rows_left:
+        raise RuntimeError(
+            f"The engine asked for {num_rows} rows in one call, but"
+            f" admission recorded {entry.row_ids.shape[0]} rows for batch"
+            f" {entry.batch}, of which {entry.rows_left} are left (the engine"
+            f" took {entry.taken}): one generate call must cover rows of one"
+            " batch, in admission order."
+        )
+      out = entry.row_ids[entry.taken:entry.taken + num_rows]
+      entry.taken += num_rows
+    return out.copy()
+
+  def close_step(self) -> ClosedStep:
+    """Closes the oldest batch: the learner step that used it has ended."""
+    with self._lock:
+      admission_s, self._admission_unreported = self._admission_unreported, 0.0
+      if not self._open:
+        return ClosedStep(batch=None, admission_s=admission_s)
+      entry = self._open[0]
+      if entry.rows_left:
+        raise RuntimeError(
+            f"A learner step ended after the engine took {entry.taken} rows"
+            f" of batch {entry.batch}, for which admission recorded"
+            f" {entry.row_ids.shape[0]} rows: every admitted row must be"
+            " generated in the step of its batch, or later rows would be"
+            " keyed by other rows' identities."
+        )
+      self._open.popleft()
+    return ClosedStep(batch=entry, admission_s=admission_s)
 
 
 def _batch_len(batch: Mapping[str, Any]) -> int:
@@ -270,16 +373,16 @@ class ShardedDataset(Iterable[dict[str, Any]]):
       self,
       global_batches: Iterable[Mapping[str, Any]],
       config: AdmissionConfig,
-      tracker: RowIdTracker | None,
+      ledger: StepLedger,
       length_fn: Callable[[Sequence[str]], Sequence[int]] | None = None,
   ):
     self._batches = global_batches
     self._config = config
-    self._tracker = tracker
+    self._ledger = ledger
     self._length_fn = length_fn
-    self.admission_seconds = 0.0  # Cumulative; read by the cluster's metrics.
-    # One entry per yielded batch, consumed by the cluster at each step end.
-    self.batch_stats: collections.deque[BatchStats] = collections.deque()
+    # Cumulative admission time of this dataset (benchmarks; the cluster
+    # reads the ledger).
+    self.admission_seconds = 0.0
     # Prompt indices keep counting across epochs, so a prompt seen again
     # draws fresh sampling noise.
     self._stream_offset = 0
@@ -312,15 +415,15 @@ class ShardedDataset(Iterable[dict[str, Any]]):
             else -1
         )
       local = {k: _take(v, idx) for k, v in batch.items()}
-      if self._tracker is not None:
-        self._tracker.push_prompts(
-            self._stream_offset + idx, self._config.num_generations
-        )
+      stats = BatchStats(digest=prompts_digest(prompts), prompt_tokens=tokens)
+      prompt_indices = self._stream_offset + idx
       self._stream_offset += n
-      self.batch_stats.append(
-          BatchStats(digest=prompts_digest(prompts), prompt_tokens=tokens)
+      elapsed = time.perf_counter() - t0
+      self.admission_seconds += elapsed
+      self._ledger.record_batch(
+          prompt_indices, self._config.num_generations, stats=stats,
+          admission_s=elapsed,
       )
-      self.admission_seconds += time.perf_counter() - t0
       yield local
 
   def _lengths(self, prompts: Sequence[Any]) -> list[int]:
@@ -330,41 +433,47 @@ class ShardedDataset(Iterable[dict[str, Any]]):
 
 
 class Admission:
-  """Per-host admission of prompts plus the row identities for the engine."""
+  """Per-host admission of prompts into a `StepLedger`."""
 
   def __init__(
       self,
       config: AdmissionConfig,
-      row_ids: RowIdTracker | None = None,
+      ledger: StepLedger | None = None,
       length_fn: Callable[[Sequence[str]], Sequence[int]] | None = None,
   ):
     """Initializes admission.
 
     Args:
       config: how batches are split.
-      row_ids: where admitted rows' identities go (default: a new tracker).
+      ledger: where admitted batches are recorded (default: a new ledger).
       length_fn: prompt lengths (e.g. token counts) for balancing and the
         per-host prompt-token metric; admission time includes it. Default:
         character counts for balancing, no metric.
     """
     self.config = config
-    self.row_ids = row_ids if row_ids is not None else RowIdTracker()
+    self.ledger = ledger if ledger is not None else StepLedger()
     self._length_fn = length_fn
-    self._datasets: list[ShardedDataset] = []
+    self._stats_popped = 0
 
-  def shard(self, global_batches: Iterable[Mapping[str, Any]]) -> ShardedDataset:
-    ds = ShardedDataset(
-        global_batches, self.config, self.row_ids, self._length_fn
+  @property
+  def row_ids(self) -> StepLedger:
+    """The engine's row-id source (`RowIdSource`): the ledger."""
+    return self.ledger
+
+  def shard(
+      self, global_batches: Iterable[Mapping[str, Any]]
+  ) -> ShardedDataset:
+    return ShardedDataset(
+        global_batches, self.config, self.ledger, self._length_fn
     )
-    self._datasets.append(ds)
-    return ds
-
-  def admission_seconds(self) -> float:
-    return sum(d.admission_seconds for d in self._datasets)
 
   def pop_batch_stats(self) -> BatchStats | None:
-    """The oldest unreported batch's stats (the learner's current step)."""
-    for d in self._datasets:
-      if d.batch_stats:
-        return d.batch_stats.popleft()
+    """The oldest open batch's stats not returned here yet (tools, tests).
+
+    Reads without closing the ledger entry; a learner step closes it.
+    """
+    for entry in self.ledger.entries:
+      if entry.batch >= self._stats_popped:
+        self._stats_popped = entry.batch + 1
+        return entry.stats
     return None

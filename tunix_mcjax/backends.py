@@ -42,9 +42,38 @@ def create_tunix_cluster(**kwargs: Any) -> Any:
 
 @BACKENDS.register("mcjax")
 def create_mcjax_cluster(**kwargs: Any) -> Any:
+  """`McJaxRLCluster(**kwargs)`; fills in the engine model of a MaxText actor.
+
+  A MaxText Transformer (behind MaxText's `TunixMaxTextAdapter`) cannot
+  sample: unless `options.engine_model` says otherwise, engines then run
+  Tunix's Qwen3 and publication maps the MaxText parameters into it. The
+  detection lives here so that the cluster never imports MaxText code.
+  """
+  import dataclasses  # pylint: disable=g-import-not-at-top
+
   from tunix_mcjax import cluster  # pylint: disable=g-import-not-at-top
 
+  actor = kwargs.get("actor")
+  options = kwargs.get("options") or cluster.McJaxOptions()
+  if options.engine_model is None and _is_maxtext_actor(actor):
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
+
+    config = actor.base.config
+    kwargs["options"] = dataclasses.replace(
+        options,
+        engine_model=maxtext_models.engine_model_spec(
+            config, dtype=jnp.dtype(config.weight_dtype)
+        ),
+    )
   return cluster.McJaxRLCluster(**kwargs)
+
+
+def _is_maxtext_actor(actor: Any) -> bool:
+  return type(actor).__name__ == "TunixMaxTextAdapter" and hasattr(
+      actor, "base"
+  )
 
 
 def _initialize_mcjax_runtime() -> None:
@@ -54,6 +83,7 @@ def _initialize_mcjax_runtime() -> None:
 
 
 # Hook for trainers that start JAX themselves (MaxText's train_rl with
-# maxtext_patches/0003): one process per host, jax.distributed started the
-# way tunix_mcjax.runtime detects (local launcher, cluster, single host).
+# tunix_mcjax/maxtext/patches/0003-multi-controller-startup.patch): one
+# process per host, jax.distributed started the way tunix_mcjax.runtime
+# detects (local launcher, cluster, single host).
 create_mcjax_cluster.initialize_runtime = _initialize_mcjax_runtime

@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 import dataclasses
 import gc
-import importlib
 import queue
 import threading
 import time
@@ -42,6 +41,8 @@ import types
 from typing import Any
 
 from absl import logging
+
+from tunix_mcjax.compat import gc_hooks
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -228,16 +229,6 @@ class MetricsExporter:
 
 # --- O2: garbage collection policy --------------------------------------------
 
-# Tunix modules whose code calls gc.collect() (module attribute `gc`): on the
-# step path in `RLCluster.get_actor_per_token_logps` and (with offloading)
-# around model moves; `sft.utils.show_hbm_usage`; the weight-transfer helper
-# `generate.utils.transfer_state_with_mappings`.
-TUNIX_GC_MODULES = (
-    "tunix.rl.rl_cluster",
-    "tunix.sft.utils",
-    "tunix.generate.utils",
-)
-
 
 class _NoFullCollect(types.ModuleType):
   """Stands in for the `gc` module inside patched modules: collect() is a no-op.
@@ -263,10 +254,13 @@ class GcPolicy:
 
   Off (`freeze=False`): `after_step` runs one full `gc.collect()` per step,
   the upstream behaviour. On: `start` swaps the `gc` module seen by Tunix's
-  modules (`TUNIX_GC_MODULES`) for a stand-in whose `collect()` only counts;
-  `after_step` after the warm-up step collects once (so the warm-up's
-  garbage is not frozen) and calls `gc.freeze()`; later steps collect
-  nothing explicitly. `stop` undoes both (modules restored, `gc.unfreeze()`).
+  modules (`compat.gc_hooks.TUNIX_GC_MODULES`) for a stand-in whose
+  `collect()` only counts; `after_step` after the warm-up step collects once
+  (so the warm-up's garbage is not frozen) and calls `gc.freeze()`; later
+  steps collect nothing explicitly. `stop` undoes both (modules restored,
+  `gc.unfreeze()`). Modules that cannot be hooked (not importable, or
+  without the real `gc` as a module attribute) are listed by
+  `unhooked_modules()`.
   Python's automatic generational collection stays on in both modes; after
   the freeze it no longer traverses the frozen objects.
 
@@ -285,7 +279,7 @@ class GcPolicy:
       *,
       freeze: bool,
       warmup_steps: int = 1,
-      modules: Iterable[str] = TUNIX_GC_MODULES,
+      modules: Iterable[str] = gc_hooks.TUNIX_GC_MODULES,
   ):
     if warmup_steps < 1:
       raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}.")
@@ -297,20 +291,21 @@ class GcPolicy:
     self.froze_after_step: int | None = None
     self._module_names = tuple(modules)
     self._patched: list[types.ModuleType] = []
+    self._unhooked: list[str] = []
     self._proxy = _NoFullCollect(self)
 
   def start(self) -> None:
     """Installs the no-op collect in Tunix's modules (O2 only)."""
     if not self.freeze or self._patched:
       return
-    for name in self._module_names:
-      try:
-        module = importlib.import_module(name)
-      except ImportError:
-        continue
-      if getattr(module, "gc", None) is gc:
-        module.gc = self._proxy
-        self._patched.append(module)
+    self._patched, self._unhooked = gc_hooks.hook_gc(
+        self._proxy, self._module_names
+    )
+    if self._unhooked:
+      logging.warning(
+          "O2 (freeze_gc) could not hook gc.collect() in %s; their"
+          " collections still run.", self._unhooked,
+      )
 
   def after_step(self, step: int) -> float:
     """End-of-step collection work; returns its duration in seconds.
@@ -337,16 +332,19 @@ class GcPolicy:
     has no partial unfreeze); they merely become collectable again. Without
     it, garbage frozen with a finished job could never be freed.
     """
-    for module in self._patched:
-      if module.gc is self._proxy:
-        module.gc = gc
+    gc_hooks.unhook_gc(self._proxy, self._patched)
     self._patched = []
     if self.frozen:
       gc.unfreeze()
       self.frozen = False
 
   def patched_modules(self) -> list[str]:
+    """Modules whose `gc.collect()` is a no-op now (O2 started)."""
     return [m.__name__ for m in self._patched]
+
+  def unhooked_modules(self) -> list[str]:
+    """Modules `start` was asked to hook but could not."""
+    return list(self._unhooked)
 
 
 def full_collections() -> int:

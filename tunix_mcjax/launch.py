@@ -486,6 +486,73 @@ def _summarize(hosts: list[_Host]) -> None:
     _log(f"host {host.index} {_describe(status)}")
 
 
+def this_program() -> list[str]:
+  """The command that runs this Python program again (without arguments).
+
+  `python -m pkg.mod` re-runs as `-m pkg.mod` (its imports resolve as
+  before); a script re-runs by its absolute path.
+  """
+  main_module = sys.modules.get("__main__")
+  spec = getattr(main_module, "__spec__", None)
+  if spec is not None and spec.name:
+    return [sys.executable, "-m", spec.name.removesuffix(".__main__")]
+  path = getattr(main_module, "__file__", None) or sys.argv[0]
+  return [sys.executable, os.path.abspath(path)]
+
+
+def relaunch_as_local_hosts(
+    argv: Sequence[str],
+    *,
+    num_hosts: int,
+    devices_per_host: int,
+    timeout_s: float = 3600,
+    fresh_files: Sequence[str | None] = (),
+    note: str = "",
+) -> int:
+  """Re-runs this program as `num_hosts` local hosts; returns the job status.
+
+  For entry points that, without a detected cluster, simulate one on this
+  machine: each host runs `this_program()` with `argv` and finds the
+  cluster through the variables `launch` sets.
+
+  Args:
+    argv: The program's arguments (typically `sys.argv[1:]`).
+    num_hosts: Number of simulated hosts (processes).
+    devices_per_host: Fake CPU devices per host.
+    timeout_s: Stop the whole job after this many seconds.
+    fresh_files: Files the job appends to (e.g. a metrics file), removed
+      first: one run per file, and only this process (not every host) may
+      remove them. None entries are skipped.
+    note: Printed in the start-up line, e.g. "backend=mcjax".
+
+  Returns:
+    The job's exit status (see the module docstring).
+
+  Raises:
+    LaunchError: bad input; no host was started.
+  """
+  program = this_program()
+  command = [*program, *argv]
+  for path in fresh_files:
+    if path and os.path.exists(path):
+      os.remove(path)
+  if program[1] == "-m":
+    name = program[2].rsplit(".", 1)[-1]
+  else:
+    name = os.path.splitext(os.path.basename(program[1]))[0]
+  print(
+      f"[{name}] local simulation: {note + ', ' if note else ''}{num_hosts}"
+      f" host(s) x {devices_per_host} CPU devices",
+      flush=True,
+  )
+  return launch(
+      command,
+      num_hosts=num_hosts,
+      devices_per_host=devices_per_host,
+      timeout_s=timeout_s,
+  )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Command-line entry point; returns the exit status."""
   argv = list(sys.argv[1:] if argv is None else argv)

@@ -31,7 +31,7 @@ parameter, in a fixed order on every host.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 import dataclasses
 import time
 from typing import Any
@@ -41,6 +41,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
 from tunix_mcjax import runtime
+from tunix_mcjax import tree_paths
 
 PyTree = Any
 
@@ -54,10 +55,8 @@ class PublicationStats:
   seconds: float
 
 
-def flat_by_name(tree: PyTree) -> dict[str, Any]:
-  """`tree`'s leaves by `jax.tree_util.keystr` path (the names publication uses)."""
-  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
+# `tree`'s leaves by keystr: the names publication and mappings use.
+flat_by_name = tree_paths.flat_by_keystr
 
 
 def host_view_mesh(local_mesh: Mesh) -> Mesh:

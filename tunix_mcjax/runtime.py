@@ -399,7 +399,6 @@ def _set_cpu_device_count(count: int) -> None:
 
 def _detected_cluster() -> str | None:
   """Names the cluster environment JAX would auto-detect, or None."""
-  import jax  # pylint: disable=g-import-not-at-top
   if os.environ.get("JAX_COORDINATOR_ADDRESS"):
     return "JAX_COORDINATOR_ADDRESS"
   try:
@@ -424,7 +423,6 @@ def _detected_cluster() -> str | None:
 
 
 def _backends_initialized() -> bool:
-  import jax  # pylint: disable=g-import-not-at-top
   try:
     from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
 
@@ -483,6 +481,7 @@ def global_mesh(
   Returns:
     A mesh of shape (device_count // tp, tp).
   """
+  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   names = _check_axis_names(axis_names)
   devices = host_contiguous_devices()
@@ -502,6 +501,7 @@ def local_mesh(
 ) -> Mesh:
   """A (fsdp, tp) mesh over this host's devices only, for host-local work."""
   import jax  # pylint: disable=g-import-not-at-top
+  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   names = _check_axis_names(axis_names)
   devices = sorted(jax.local_devices(), key=lambda d: d.id)
@@ -525,6 +525,7 @@ def host_mesh_view(mesh: Mesh) -> Mesh:
   Returns:
     The reshaped mesh.
   """
+  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   if HOST_AXIS in mesh.axis_names:
     raise ValueError(

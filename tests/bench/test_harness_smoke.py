@@ -36,6 +36,8 @@ SMOKE = arms.BenchMode(
 )
 
 
+@pytest.mark.multihost
+@pytest.mark.e2e
 def test_bench_writes_report_table_and_plots(tmp_path):
   report = harness.run_bench(SMOKE, tmp_path)
   on_disk = json.loads((tmp_path / "report.json").read_text())

@@ -35,8 +35,8 @@ resolved, fail in the parent process before any host starts; and the pure
 config checks, in process.
 """
 
+import dataclasses
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -166,6 +166,8 @@ def _rows(out: pathlib.Path) -> list[dict]:
   ]
 
 
+@pytest.mark.multihost
+@pytest.mark.e2e
 def test_both_backends_run_two_steps(runs):
   tunix_out, tunix_proc = runs["tunix"]
   mcjax_out, mcjax_proc = runs["mcjax"]
@@ -186,6 +188,8 @@ def test_both_backends_run_two_steps(runs):
         f" mcjax {mcjax_proc.wall_s:.0f} s")
 
 
+@pytest.mark.multihost
+@pytest.mark.e2e
 def test_same_rows_rewards_and_losses(runs):
   ref, got = _rows(runs["tunix"][0]), _rows(runs["mcjax"][0])
   assert len(ref) == len(got) == STEPS
@@ -210,6 +214,8 @@ def test_same_rows_rewards_and_losses(runs):
   assert abs(a[1]["loss"]) > 1e-3
 
 
+@pytest.mark.multihost
+@pytest.mark.e2e
 def test_prompts_are_dealt_after_tunix_filtering(runs, inputs):
   out, proc = runs["mcjax"]
   hosts = sorted((out / "rows").glob("rows_host*.jsonl"))
@@ -339,6 +345,13 @@ def cli():
   return grpo_main
 
 
+@pytest.fixture(scope="module")
+def base_config_lib():
+  from tunix_mcjax.cli import base_config as lib  # pylint: disable=g-import-not-at-top
+
+  return lib
+
+
 COLOCATED = [
     "model_config.model_name=qwen3-0.6b",
     "model_config.model_id=/models/qwen3-0.6b",
@@ -367,36 +380,69 @@ def test_seams_in_installed_tunix(cli):
   cli.check_tunix_seams()
 
 
+def test_a_moved_seam_fails_loudly(monkeypatch):
+  from tunix_mcjax.compat import tunix_cli  # pylint: disable=g-import-not-at-top
+
+  moved = [dataclasses.replace(row, needle="model_lib.create_model_v2(")
+           for row in tunix_cli.TUNIX_SEAMS if row.kind == "source"][:1]
+  gone = [dataclasses.replace(row, attr="GrpoPipeline._gone")
+          for row in tunix_cli.TUNIX_SEAMS if row.kind == "attr"][:1]
+  monkeypatch.setattr(tunix_cli, "TUNIX_SEAMS", (*moved, *gone))
+  with pytest.raises(RuntimeError) as e:
+    tunix_cli.check_tunix_seams()
+  assert "no longer calls model_lib.create_model_v2" in str(e.value)
+  assert "tunix.cli.grpo_main.GrpoPipeline._gone is gone" in str(e.value)
+
+
+def test_replaced_calls_are_restored():
+  from tunix.cli import grpo_main as tunix_grpo_main  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import tunix_cli  # pylint: disable=g-import-not-at-top
+
+  real = tunix_grpo_main.model_lib
+  with tunix_cli.replaced_calls(model_lib={"create_model": len}):
+    assert tunix_grpo_main.model_lib.create_model is len
+    # Every other name is the real module's.
+    assert (tunix_grpo_main.model_lib.apply_lora_to_model
+            is real.apply_lora_to_model)
+    tunix_cli.check_tunix_seams()  # Checks Tunix's names, not the overlay.
+  assert tunix_grpo_main.model_lib is real
+  with pytest.raises(ValueError, match="not one of"):
+    tunix_cli.pipeline_module("config")
+
+
 @pytest.fixture
-def tunix_without_base_config(cli, tmp_path, monkeypatch):
+def tunix_without_base_config(base_config_lib, tmp_path, monkeypatch):
   """Makes the installed Tunix look like the 0.1.7 wheel: no base config."""
   bare = tmp_path / "tunix_cli"
   bare.mkdir()
-  monkeypatch.setattr(cli.tunix_config, "__file__", str(bare / "config.py"))
+  monkeypatch.setattr(base_config_lib.tunix_config, "__file__",
+                      str(bare / "config.py"))
 
 
 @pytest.mark.usefixtures("tunix_without_base_config")
-def test_base_config_honours_tunix_base_config(cli, tmp_path):
+def test_base_config_honours_tunix_base_config(base_config_lib, tmp_path):
+  resolve = base_config_lib.resolve_base_config
   mine = tmp_path / "mine.yaml"
   mine.write_text("{}")
   env = {"TUNIX_BASE_CONFIG": str(mine)}
-  argv = cli.resolve_base_config(["prog", "base_config.yaml", "a=1"], env)
+  argv = resolve(["prog", "base_config.yaml", "a=1"], env)
   assert argv == ["prog", str(mine), "a=1"]
   # Any other first argument is left alone, with or without the variable.
   for environ in (env, {}):
     argv = ["prog", "/x/my.yaml", "a=1"]
-    assert cli.resolve_base_config(argv, environ) == argv
-  assert cli.resolve_base_config(["prog"], {}) == ["prog"]
+    assert resolve(argv, environ) == argv
+  assert resolve(["prog"], {}) == ["prog"]
   # The default environment is os.environ.
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("TUNIX_BASE_CONFIG", str(mine))
-    assert cli.resolve_base_config(["p", "base_config.yaml"])[1] == str(mine)
+    assert resolve(["p", "base_config.yaml"])[1] == str(mine)
 
 
 @pytest.mark.usefixtures("tunix_without_base_config")
-def test_unresolvable_base_config_is_a_config_error(cli, tmp_path):
+def test_unresolvable_base_config_is_a_config_error(base_config_lib, cli,
+                                                    tmp_path):
   with pytest.raises(cli.ConfigError) as e:
-    cli.resolve_base_config(["prog", "base_config.yaml"], {})
+    base_config_lib.resolve_base_config(["prog", "base_config.yaml"], {})
   message = str(e.value)
   assert "does not ship tunix/cli/base_config.yaml" in message
   assert "TUNIX_BASE_CONFIG is unset" in message
@@ -404,18 +450,19 @@ def test_unresolvable_base_config_is_a_config_error(cli, tmp_path):
   assert "or at a config of your own" in message
   missing = tmp_path / "nope.yaml"
   with pytest.raises(cli.ConfigError, match="is not a file"):
-    cli.resolve_base_config(["prog", "base_config.yaml"],
+    base_config_lib.resolve_base_config(["prog", "base_config.yaml"],
                             {"TUNIX_BASE_CONFIG": str(missing)})
 
 
-def test_base_config_shipped_by_tunix_wins(cli, tmp_path, monkeypatch):
+def test_base_config_shipped_by_tunix_wins(base_config_lib, tmp_path,
+                                           monkeypatch):
   # An installed Tunix that ships the file: Tunix resolves the name itself.
   (tmp_path / "base_config.yaml").write_text("{}")
-  monkeypatch.setattr(cli.tunix_config, "__file__",
+  monkeypatch.setattr(base_config_lib.tunix_config, "__file__",
                       str(tmp_path / "config.py"))
   argv = ["prog", "base_config.yaml", "a=1"]
-  assert cli.resolve_base_config(argv, {}) == argv
-  assert cli.resolve_base_config(
+  assert base_config_lib.resolve_base_config(argv, {}) == argv
+  assert base_config_lib.resolve_base_config(
       argv, {"TUNIX_BASE_CONFIG": str(tmp_path / "other.yaml")}) == argv
 
 
@@ -460,28 +507,27 @@ def test_options_validation(cli):
     cli.CliOptions(backend="mcjax", placement_invariant_sampling=True)
 
 
-def test_full_batches_drop_only_a_short_tail(cli):
+def test_full_batches_drop_only_a_short_tail():
+  from tunix_mcjax.cli import data  # pylint: disable=g-import-not-at-top
+
   batches = [{"prompts": ["a"] * 4}, {"prompts": ["b"] * 4},
              {"prompts": ["c"]}]
-  assert [b["prompts"][0] for b in cli.full_batches(batches, 4)] == ["a", "b"]
+  assert [b["prompts"][0] for b in data.full_batches(batches, 4)] == ["a", "b"]
 
 
 def test_local_checkpoint_dir(cli, tmp_path):
+  from tunix_mcjax.cli import checkpoints  # pylint: disable=g-import-not-at-top
+
   hf = {"model_source": "huggingface"}
-  assert cli.local_checkpoint_dir({**hf, "model_id": "Qwen/Qwen3-0.6B"}) is None
-  assert cli.local_checkpoint_dir(
+  assert checkpoints.local_checkpoint_dir({**hf, "model_id": "Qwen/Qwen3-0.6B"}) is None
+  assert checkpoints.local_checkpoint_dir(
       {"model_source": "gcs", "model_id": str(tmp_path)}) is None
   with pytest.raises(cli.ConfigError, match="without config.json"):
-    cli.local_checkpoint_dir({**hf, "model_id": str(tmp_path)})
+    checkpoints.local_checkpoint_dir({**hf, "model_id": str(tmp_path)})
   (tmp_path / "config.json").write_text("{}")
-  assert cli.local_checkpoint_dir({**hf, "model_id": str(tmp_path)}) == str(
+  assert checkpoints.local_checkpoint_dir({**hf, "model_id": str(tmp_path)}) == str(
       tmp_path)
 
 
-def test_readme_carries_the_recipe_and_the_one_line_diff():
-  readme = (REPO / "README.md").read_text()
-  section = readme[readme.index("## Tunix GRPO CLI recipes"):]
-  assert "-python3 -m tunix.cli.grpo_main \\\n" in section
-  assert "+python3 -m tunix_mcjax.cli.grpo_main --backend=mcjax \\\n" in section
-  block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-  assert block == RECIPE.read_text()
+# The one-line diff and the link to the recipe are checked in
+# tests/test_docs.py (docs/cli.md), which also checks that no doc pastes it.

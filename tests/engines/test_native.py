@@ -15,7 +15,7 @@
 
 """Tests of the host-local, placement-invariant native rollout engine.
 
-Single process, four CPU devices (see conftest.py), a tiny random Qwen3.
+Single process, four CPU devices (see tests/conftest.py), a tiny random Qwen3.
 """
 
 # pylint: disable=protected-access
@@ -37,6 +37,7 @@ from tunix.rl import common
 from tunix.rl.rollout import base_rollout
 
 from tunix_mcjax import engines
+from tunix_mcjax.engines import base as engines_base
 from tunix_mcjax.engines import native
 from tunix_mcjax.registry import ENGINES
 
@@ -156,9 +157,9 @@ def _engine(
   # Built the way Tunix's ClusterConfig.rollout_engine plug point calls it.
   factory = functools.partial(
       ENGINES.get("native"),
-      engine_mesh=_mesh(devices),
-      row_ids=row_ids,
-      seed=1234,
+      context=engines.EngineContext(
+          engine_mesh=_mesh(devices), row_ids=row_ids, seed=1234
+      ),
       **kwargs,
   )
   return factory(
@@ -183,7 +184,7 @@ def devices():
   if len(devs) < 4 or devs[0].platform != "cpu":
     pytest.fail(
         "These tests need 4 CPU devices; JAX was initialized before"
-        f" tests/engines/conftest.py could configure it: {devs}."
+        f" tests/conftest.py could configure it: {devs}."
     )
   return devs[:4]
 
@@ -214,6 +215,7 @@ def _tokens(out: base_rollout.RolloutOutput) -> list[list[int]]:
   return [np.asarray(t).tolist() for t in out.tokens]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sampling",
     [dict(top_p=1.0, top_k=None), dict(top_p=0.95, top_k=50)],
@@ -368,7 +370,7 @@ def test_engine_copy_is_independent(devices, trainer_layout):
   after = _lp_probe(engine)
   assert np.max(np.abs(after - before)) > 1e-2
   graphdef, state = nnx.split(trainer)
-  with native.use_mesh(mesh):
+  with engines_base.use_mesh(mesh):
     expected = common.compute_per_token_logps(
         graphdef,
         jax.device_put(state, NamedSharding(mesh, P())),
@@ -407,7 +409,7 @@ def test_update_params_rejects_wrong_layout(devices, trainer_model, case):
       "dtype": lambda: jax.device_put(emb.astype(jnp.bfloat16), replicated),
       "numpy": lambda: np.asarray(emb),
   }[case]()
-  with pytest.raises(ValueError, match="embedder/input_embedding"):
+  with pytest.raises(ValueError, match=r"embedder\.input_embedding"):
     engine.update_params(_replace_embedding(good, value))
 
 
@@ -489,7 +491,7 @@ def test_constraints_on_engine_mesh_inside_a_global_mesh(
   narrow = _engine(
       trainer_model, [devices[3], devices[1]], ArrayRowIds(ROW_IDS[:8])
   )
-  with native.use_mesh(global_mesh):
+  with engines_base.use_mesh(global_mesh):
     got = _tokens(narrow.generate(ROWS[:8], config))
   assert used == {(3, 1)}
 
@@ -541,3 +543,19 @@ def test_constructor_validation(devices, trainer_model):
   assert engine.engine_mesh.devices.size == 1
   sampler = engine._sampler
   assert sampler.cache_config.cache_size == 32
+
+
+def test_engine_context_is_validated(devices):
+  ctx = engines.EngineContext(engine_mesh=_mesh(devices[:1]), seed=3)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    ctx.seed = 4  # type: ignore[misc]
+  with pytest.raises(TypeError, match="engine_mesh"):
+    engines.EngineContext(engine_mesh=devices)
+  with pytest.raises(TypeError, match="row_ids"):
+    engines.EngineContext(row_ids=[[0, 0]])
+  with pytest.raises(TypeError, match="seed"):
+    engines.EngineContext(seed=True)
+  with pytest.raises(ValueError, match="reshard_on_update"):
+    engines.EngineContext(source_mapping=lambda flat: flat)
+  engines.EngineContext(source_mapping=lambda flat: flat,
+                        reshard_on_update=True)

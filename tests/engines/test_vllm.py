@@ -36,11 +36,14 @@ from tunix.rl.rollout import base_rollout
 vllm = pytest.importorskip("vllm")
 
 from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
+from tunix_mcjax import tree_paths  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import base  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import vllm as vllm_engine  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
+
+pytestmark = [pytest.mark.vllm]
 
 P = jax.sharding.PartitionSpec
 TOKENIZER = models.ToyTokenizer(models.PRINTABLE_ALPHABET)
@@ -90,7 +93,7 @@ def _model(tied: bool, seed: int, scale: float = 0.3):
 def mesh():
   devices = jax.devices()
   if len(devices) < 2:
-    pytest.fail("needs 2+ CPU devices (tests/engines/conftest.py).")
+    pytest.fail("needs 2+ CPU devices (tests/conftest.py).")
   return jax.sharding.Mesh(np.array(devices[:2]).reshape(2, 1),
                            ("fsdp", "tp"))
 
@@ -106,12 +109,14 @@ def _pair(mesh, tied, **options):
   model = _model(tied, seed=11 if tied else 12)
   row_ids = ArrayRowIds()
   ve = vllm_engine.VllmEngine(
-      tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=model,
-      rollout_config=GREEDY, row_ids=row_ids, seed=5,
+      tokenizer=TOKENIZER, rollout_config=GREEDY,
+      context=base.EngineContext(engine_mesh=mesh, initial_model=model,
+                                 row_ids=row_ids, seed=5),
       options=vllm_engine.VllmEngineOptions(**options))
   ne = native.NativeEngine(
-      tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=model,
-      rollout_config=GREEDY, row_ids=ArrayRowIds())
+      tokenizer=TOKENIZER, rollout_config=GREEDY,
+      context=base.EngineContext(engine_mesh=mesh, initial_model=model,
+                                 row_ids=ArrayRowIds()))
   return ve, ne, model, row_ids
 
 
@@ -244,8 +249,10 @@ def test_update_errors_name_the_parameter(pair, mesh):
         jax.device_put(t["embedder"]["input_embedding"], sharded))))
   # Nothing was installed by the failed calls.
   ne_out = native.NativeEngine(
-      tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=model,
-      rollout_config=GREEDY, row_ids=ArrayRowIds()).generate(PROMPTS, GREEDY)
+      tokenizer=TOKENIZER, rollout_config=GREEDY,
+      context=base.EngineContext(engine_mesh=mesh, initial_model=model,
+                                 row_ids=ArrayRowIds()),
+  ).generate(PROMPTS, GREEDY)
   _assert_same_greedy(ve.generate(PROMPTS, GREEDY), ne_out)
 
 
@@ -257,9 +264,7 @@ def test_one_call_per_parameter_updates_by_module(pair, mesh):
                       nnx.Param)))
   leaves = jax.tree_util.tree_flatten_with_path(new)[0]
   for i, (path, x) in enumerate(leaves):
-    tree = x
-    for k in reversed([base.key_part(p) for p in path]):
-      tree = {k: tree}
+    tree = tree_paths.nest(tree_paths.param_path(path), x)
     ve.update_params(tree, filter_types=(nnx.Param,))
     if i == 0 and ve._pending:
       with pytest.raises(RuntimeError, match="incomplete"):
@@ -330,16 +335,18 @@ def test_options_are_validated():
 def test_keep_kv_cache_false_needs_sleep_mode_on_cpu(mesh):
   with pytest.raises(ValueError, match="sleep mode"):
     vllm_engine.VllmEngine(
-        tokenizer=TOKENIZER, engine_mesh=mesh, initial_model=_model(True, 1),
-        rollout_config=GREEDY,
+        tokenizer=TOKENIZER, rollout_config=GREEDY,
+        context=base.EngineContext(engine_mesh=mesh,
+                                   initial_model=_model(True, 1)),
         options=vllm_engine.VllmEngineOptions(keep_kv_cache=False))
 
 
 def test_unsupported_head_dim_is_explained(mesh):
   model = models.create_tiny_model(models.tiny_qwen3_config(), seed=0)
   with pytest.raises(ValueError, match="head_dim=16"):
-    vllm_engine.VllmEngine(tokenizer=models.ToyTokenizer(), engine_mesh=mesh,
-                           initial_model=model, rollout_config=GREEDY)
+    vllm_engine.VllmEngine(
+        tokenizer=models.ToyTokenizer(), rollout_config=GREEDY,
+        context=base.EngineContext(engine_mesh=mesh, initial_model=model))
 
 
 def test_row_seeds_depend_only_on_identity():

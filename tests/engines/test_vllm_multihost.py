@@ -32,6 +32,8 @@ import pytest
 import example_runs
 import launch_utils
 
+pytestmark = [pytest.mark.vllm, pytest.mark.multihost]
+
 pytest.importorskip("vllm")
 
 
@@ -171,6 +173,7 @@ def grpo_run(tmp_path_factory):
   return out
 
 
+@pytest.mark.e2e
 def test_grpo_with_vllm_engines_completes_with_learning_signal(grpo_run):
   records = json.loads((grpo_run / "records.json").read_text())
   assert [r["step"] for r in records] == [1, 2, 3]

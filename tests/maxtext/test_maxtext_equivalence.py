@@ -29,6 +29,8 @@ import pytest
 
 import example_runs
 
+pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
+
 MAXTEXT = (*example_runs.EQUIVALENCE_FLAGS, "--trainer=maxtext",
            "--num_hosts=2", "--devices_per_host=2")
 

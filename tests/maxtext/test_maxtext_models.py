@@ -29,7 +29,7 @@ from tunix_mcjax.recipes import grpo_job
 from tunix_mcjax.maxtext import models as maxtext_models
 from tunix_mcjax import publication
 from tunix_mcjax import runtime
-from tunix_mcjax.engines import native
+from tunix_mcjax.engines import base as engines_base
 
 VOCAB = 256
 
@@ -85,7 +85,7 @@ def test_engine_logits_equal_actor_logits(setup):
   tokens, positions, mask = _tokens()
   with jax.set_mesh(mesh):
     want, _ = actor(tokens, positions, None, mask)
-  with native.use_mesh(local):
+  with engines_base.use_mesh(local):
     got, _ = engine(tokens, positions, None, mask)
   want, got = np.asarray(want), np.asarray(got)
   assert want.shape == got.shape == (2, 9, VOCAB)

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""maxtext_patches/: each patch applies to the pinned maxtext and does its job.
+"""tunix_mcjax/maxtext/patches/: each applies to the pinned maxtext and works.
 
 The patches are applied to a copy of the installed maxtext
 (`tunix_mcjax.maxtext.patching`); the copy is put first on PYTHONPATH of
@@ -80,6 +80,7 @@ IMPORT_TRAIN_RL = (
 )
 
 
+@pytest.mark.slow
 def test_0001_train_rl_imports_without_tpu_inference(patched):
   pristine = _python(IMPORT_TRAIN_RL, None)
   assert pristine.returncode != 0 and "tpu_inference" in pristine.stderr
@@ -107,6 +108,7 @@ print("FACTORY", t.get_rl_cluster_factory("mcjax").__module__)
 """
 
 
+@pytest.mark.slow
 def test_0002_backend_key_and_clear_errors(patched):
   cases = [
       {},
@@ -133,6 +135,7 @@ def test_0002_backend_key_and_clear_errors(patched):
   assert "rl_cluster_backend: 'tunix'" in rl_yml
 
 
+@pytest.mark.slow
 def test_0003_backend_is_read_before_jax_starts(patched, tmp_path):
   yml = tmp_path / "rl.yml"
   yml.write_text("rl_cluster_backend: 'mcjax'\n")
@@ -189,6 +192,8 @@ def rl_run(patched, tmp_path_factory):
                                    timeout=500, extra_env=env)
 
 
+@pytest.mark.multihost
+@pytest.mark.e2e
 def test_patched_train_rl_runs_two_steps_on_two_hosts(rl_run):
   launch_utils.assert_ok(rl_run)
   out = rl_run.stdout

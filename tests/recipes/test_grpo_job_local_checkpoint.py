@@ -29,6 +29,8 @@ import pytest
 
 import tiny_checkpoint
 
+pytestmark = [pytest.mark.multihost, pytest.mark.e2e, pytest.mark.smoke]
+
 GSM8K = launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 
 

@@ -544,6 +544,7 @@ _MULTIHOST_SCRIPT = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.multihost
 def test_multihost_creation_and_loading_agree(tmp_path):
   if not (REPO_ROOT / "tunix_mcjax" / "launch.py").exists():
     pytest.skip("tunix_mcjax/launch.py (the multi-host launcher) is missing")

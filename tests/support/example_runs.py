@@ -41,6 +41,8 @@ EQUIVALENCE_FLAGS = (
 def run_example(out: pathlib.Path, *args: str,
                 timeout: int = 600) -> pathlib.Path:
   """Runs the example with dumps into `out`; fails the test on an error."""
+  # The example re-runs itself as local hosts: a whole multi-host run.
+  launch_utils.require_markers("multihost", "e2e")
   proc = subprocess.run(
       [sys.executable, str(EXAMPLE), *args, f"--dump_dir={out}",
        f"--metrics_out={out}/metrics.jsonl", f"--timeout={timeout - 100}"],

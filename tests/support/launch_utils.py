@@ -42,6 +42,23 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # gives up on the launcher itself: it covers interpreter start-up and reaping.
 _SLACK_S = 30
 
+# Marker names of the test being run, set by tests/conftest.py (None outside
+# pytest): the helpers below refuse to launch hosts for a test that does not
+# carry the markers `make test-fast` selects on.
+current_test_markers: frozenset[str] | None = None
+
+
+def require_markers(*names: str) -> None:
+  """Fails the running test unless it is marked with every one of `names`."""
+  if current_test_markers is None:
+    return
+  missing = [name for name in names if name not in current_test_markers]
+  assert not missing, (
+      f"this test launches hosts: mark it (or its module) with"
+      f" {', '.join(f'@pytest.mark.{m}' for m in missing)}; see the markers"
+      " in pyproject.toml."
+  )
+
 
 def launcher_env(extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
   """The launcher's environment: ours, with the repo importable."""
@@ -116,6 +133,7 @@ def run_launched(
   Returns:
     The finished launcher: returncode, stdout and stderr as text.
   """
+  require_markers("multihost")
   args = launcher_command(
       command,
       num_hosts=num_hosts,

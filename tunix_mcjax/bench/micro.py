@@ -180,6 +180,7 @@ def decode_bench(
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import publication, runtime  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 
   gm, lm = runtime.global_mesh(), runtime.local_mesh()
@@ -204,9 +205,10 @@ def decode_bench(
       return np.stack([np.arange(start, start + n), np.zeros(n, int)], 1)
 
   engine = native.NativeEngine(
-      tokenizer=models.ToyTokenizer(), engine_mesh=lm,
-      initial_model=nnx.merge(graphdef, init(state)), rollout_config=cfg,
-      row_ids=_Ids(), seed=0)
+      tokenizer=models.ToyTokenizer(), rollout_config=cfg,
+      context=engine_base.EngineContext(
+          engine_mesh=lm, initial_model=nnx.merge(graphdef, init(state)),
+          row_ids=_Ids(), seed=0))
   prompts = [f"{'abcdefgh'[i % 8]}:" for i in range(local_rows)]
   out = {}
 

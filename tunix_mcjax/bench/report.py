@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from tunix_mcjax import telemetry
 from tunix_mcjax.bench import arms as arms_lib
 from tunix_mcjax.bench import stats
 
-PHASES = ("admission", "generate", "reward", "logps", "train", "publish")
-OVERHEADS = ("metrics_export", "gc")
+PHASES = telemetry.PHASES
+OVERHEADS = telemetry.HOST_OVERHEADS
 PARTS = PHASES + OVERHEADS
 
 
@@ -110,7 +111,7 @@ def summarize_arm(
   out["straggler_wait_by_point_median_s"] = {
       p: float(np.median([(r.get("straggler_wait") or {}).get(p, 0.0)
                           for r in scored]))
-      for p in ("logps", "train", "publish")
+      for p in telemetry.CROSS_HOST_POINTS
   }
   iters = [r.get("decode_iter_s") for r in scored
            if r.get("decode_iter_s") is not None]

@@ -16,4 +16,15 @@
 
 `python -m tunix_mcjax.cli.grpo_main` takes the arguments of Tunix's
 `python -m tunix.cli.grpo_main` plus `--backend={tunix,mcjax}`.
+
+- `grpo_main`: the flags, the entry point and Tunix's pipeline with the
+  cluster backend swapped in.
+- `options`: what the CLI adds to Tunix's config (`CliOptions`) and its
+  error type.
+- `base_config`: resolves Tunix's `base_config.yaml` argument.
+- `checkpoints`: local Hugging Face Qwen3 checkpoints as CLI models.
+- `data`: Tunix's batched dataset, dealt to hosts in full global batches.
+
+What mcjax can run is `tunix_mcjax.support`; the Tunix CLI names it rebinds
+are `tunix_mcjax.compat.tunix_cli`.
 """

@@ -20,17 +20,25 @@ outside `tunix_mcjax.compat` touches these names. tests/test_compat.py walks
 this table against the installed packages, so a Tunix (or tpu-inference)
 upgrade is one table to read and one test to run.
 
-Kinds:
+Kinds (for every kind, a non-empty `attr` must resolve):
   attr: `module.attr` (a dotted path) must resolve.
   source: the text `needle` must occur in the source of `module.attr` (a
     call site we depend on, e.g. a method that calls a name we rebind).
   literal: the string `needle` must occur in the source of `module` (a
     metric key Tunix writes as a literal).
+
+The private names of a row (`private_names`) may be reached only inside
+`tunix_mcjax.compat`; elsewhere a subclass may override them and call them
+on `self` or `super()` (McJaxRLCluster does), nothing more.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
+import re
+from typing import Any
 
 KINDS = ("attr", "source", "literal")
 
@@ -65,9 +73,53 @@ class TouchPoint:
       raise ValueError(f"kind {self.kind!r} needs a needle ({self.attr}).")
 
 
+_PRIVATE = re.compile(r"(?<![A-Za-z0-9_])_[A-Za-z][A-Za-z0-9_]*")
+
+
+def private_names(row: TouchPoint) -> set[str]:
+  """The private identifiers a row names (in `attr` or `needle`)."""
+  names = set(_PRIVATE.findall(row.attr)) | set(_PRIVATE.findall(row.needle))
+  return {n for n in names if not n.endswith("__")}
+
+
+def resolve(row: TouchPoint) -> Any:
+  """Imports `row.module` and returns `module.attr` (AttributeError if not)."""
+  obj = importlib.import_module(row.module)
+  for part in row.attr.split(".") if row.attr else ():
+    obj = getattr(obj, part)
+  return obj
+
+
+def problem(row: TouchPoint) -> str | None:
+  """Why `row` does not hold for the installed packages; None if it does.
+
+  Raises:
+    ImportError: when `row.module` cannot be imported.
+  """
+  where = f"{row.module}.{row.attr}" if row.attr else row.module
+  try:
+    obj = resolve(row)
+  except AttributeError as e:
+    return f"{where} does not resolve ({e})."
+  if row.kind == "attr":
+    return None
+  target = obj if row.kind == "source" else importlib.import_module(
+      row.module
+  )
+  try:
+    source = inspect.getsource(target)
+  except (OSError, TypeError) as e:
+    return f"the source of {where} cannot be read ({e})."
+  if row.needle not in source:
+    scope = where if row.kind == "source" else row.module
+    return f"{row.needle!r} no longer occurs in {scope}."
+  return None
+
+
 _RL = "tunix.rl.rl_cluster"
 _UTILS = "tunix.rl.utils"
 _GRPO = "tunix.rl.grpo.grpo_learner"
+_SAMPLER = "tunix.generate.sampler"
 
 TOUCH_POINTS: tuple[TouchPoint, ...] = (
     # --- tunix.rl.rl_cluster.RLCluster: the cluster mcjax subclasses -------
@@ -91,10 +143,17 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     ),
     TouchPoint(
         module=_RL, attr="RLCluster.__init__",
-        kind="source", needle="put_params_on_memory_kind",
+        kind="source", needle="self._init_cluster()",
         wrapper="compat.key_safe_memory_moves",
-        why="Tunix snapshots the policy once in __init__; made key-safe for"
-        " the duration of that call.",
+        why="__init__ builds the trainers (and snapshots the policy) in"
+        " _init_cluster, so wrapping __init__ covers the snapshot.",
+    ),
+    TouchPoint(
+        module=_RL, attr="RLCluster._init_cluster",
+        kind="source", needle="rl_utils.put_params_on_memory_kind(",
+        wrapper="compat.key_safe_memory_moves",
+        why="Tunix snapshots the policy once (_anchor_policy_state) through"
+        " the module function, made key-safe while __init__ runs.",
     ),
     # --- tunix.rl.utils: module functions replaced while a cluster lives ---
     TouchPoint(
@@ -117,6 +176,13 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         why="the losses of the step that just ran (Tunix writes them one"
         " step late).",
     ),
+    TouchPoint(
+        module="tunix.sft.peft_trainer", attr="PeftTrainer",
+        kind="source", needle="_prev_buffered_train_metrics",
+        wrapper="compat.last_train_metrics",
+        why="the previous step's buffer, where the latest losses are once"
+        " Tunix has moved on.",
+    ),
     # --- metric keys Tunix writes as literals -------------------------------
     TouchPoint(
         module=_GRPO, attr="", kind="literal", needle="rewards/score/mean",
@@ -128,5 +194,115 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         needle="completions/mean_length",
         wrapper="compat.metric_keys.COMPLETION_LEN_MEAN",
         why="the learner's mean completion length, read into our records.",
+    ),
+    # --- tunix.generate.sampler: the native engine's sampling step --------
+    TouchPoint(
+        module=_SAMPLER, attr="_SamplingState",
+        wrapper="compat.sampler.SamplingState",
+        why="the decoding state the sampling step reads and returns.",
+    ),
+    TouchPoint(
+        module=_SAMPLER, attr="Sampler._sample",
+        wrapper="compat.sampler.HookedSampler",
+        why="the per-token sampling step, overridden for per-row keys."
+        " Upstream: a public sampling-step hook.",
+    ),
+    TouchPoint(
+        module=_SAMPLER, attr="", kind="literal", needle="self._sample(",
+        wrapper="compat.sampler.HookedSampler",
+        why="the decode loops call the step through the instance, so an"
+        " override takes effect.",
+    ),
+    # --- Tunix's vLLM rollout: the tpu-inference engine (experimental) -----
+    TouchPoint(
+        module="tunix.rl.rollout.vllm_rollout", attr="VllmRollout.__init__",
+        kind="source", needle="self._sampler = ",
+        wrapper="compat.vllm_rollout.vllm_sampler",
+        why="the VllmSampler behind the rollout. Upstream: a public weight"
+        " installation hook.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="tunix.generate.vllm_sampler",
+        attr="VllmSampler._model_runner",
+        wrapper="compat.vllm_rollout.model_runner",
+        why="tpu-inference's model runner, whose state local_write replaces.",
+        optional_dependency="vllm",
+    ),
+    # --- the `gc` module attribute of Tunix modules (O2) -------------------
+    TouchPoint(
+        module=_RL, attr="gc", kind="literal", needle="gc.collect(",
+        wrapper="compat.gc_hooks.hook_gc",
+        why="collections on the step path, skipped under O2 (freeze_gc).",
+    ),
+    TouchPoint(
+        module="tunix.sft.utils", attr="gc", kind="literal",
+        needle="gc.collect(",
+        wrapper="compat.gc_hooks.hook_gc",
+        why="show_hbm_usage collects, skipped under O2 (freeze_gc).",
+    ),
+    TouchPoint(
+        module="tunix.generate.utils", attr="gc", kind="literal",
+        needle="gc.collect(",
+        wrapper="compat.gc_hooks.hook_gc",
+        why="transfer_state_with_mappings collects, skipped under O2.",
+    ),
+    # --- tunix.cli.grpo_main: Tunix's GRPO CLI, run by tunix_mcjax.cli ------
+    # check_tunix_seams() also verifies these rows at the CLI's start-up.
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline",
+        wrapper="compat.tunix_cli.GrpoPipeline",
+        why="the pipeline tunix_mcjax.cli subclasses to swap the cluster"
+        " backend. Upstream: a cluster-factory argument of GrpoPipeline.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="main",
+        kind="source", needle="GrpoPipeline(",
+        wrapper="compat.tunix_cli.run_main",
+        why="main builds the pipeline by its module name, which run_main"
+        " rebinds to the subclass while main runs.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline.create_rl_cluster",
+        kind="source", needle="model_lib.create_model(",
+        wrapper="compat.tunix_cli.replaced_calls",
+        why="rebound to load local Hugging Face checkpoints (the stock loader"
+        " always asks the hub).",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline.create_rl_cluster",
+        kind="source", needle="rl_cluster_lib.RLCluster(",
+        wrapper="compat.tunix_cli.replaced_calls",
+        why="rebound to build the mcjax cluster instead of RLCluster.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline._run",
+        kind="source", needle="data_lib.post_init_dataset(",
+        wrapper="compat.tunix_cli.replaced_calls",
+        why="rebound to deal each global batch over the hosts after Tunix's"
+        " filtering. Upstream: a dataset hook of GrpoPipeline.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="model_lib.apply_lora_to_model",
+        wrapper="compat.tunix_cli.pipeline_module",
+        why="the rest of Tunix's create_model (LoRA) after a local"
+        " checkpoint is loaded.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main",
+        attr="GrpoPipeline._resolve_mesh_owners",
+        wrapper="compat.tunix_cli.resolve_mesh_owners",
+        why="which role runs on which role's mesh (Tunix's placement), to"
+        " refuse disaggregated configs before any host starts.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline._ROLE_TO_MODEL_KEY",
+        wrapper="compat.tunix_cli.role_model_key",
+        why="a role's config section, named in config errors.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="_PATHWAYS_BNS",
+        wrapper="compat.tunix_cli.pathways_bns",
+        why="Tunix's --pathways_bns flag, refused under mcjax (no Pathways).",
     ),
 )

@@ -20,10 +20,13 @@ The registered factories are `BaseRollout` subclasses, because Tunix's
 `functools.partial` of one. Importing this package imports JAX and Tunix's
 sampler but initializes no JAX backend. The "vllm" and "vllm_tpu" engines
 import vLLM (and PyTorch / tpu-inference) only when constructed, so they are
-registered even in environments without vLLM.
+registered even in environments without vLLM. Engines that have never run
+on the hardware they target say so (`Engine.experimental`, listed by
+`experimental_engines()`) and log a warning when constructed.
 """
 
 from tunix_mcjax.engines.base import Engine
+from tunix_mcjax.engines.base import EngineContext
 from tunix_mcjax.engines.base import RowIdSource
 from tunix_mcjax.engines.native import NativeEngine
 from tunix_mcjax.engines.experimental.tpu_inference import TpuInferenceEngine
@@ -34,10 +37,21 @@ ENGINES.register("native")(NativeEngine)
 ENGINES.register("vllm")(VllmEngine)
 ENGINES.register("vllm_tpu")(TpuInferenceEngine)
 
+
+def experimental_engines() -> list[str]:
+  """Registered engine names that have never run on their target hardware."""
+  return [
+      name for name in ENGINES.names()
+      if getattr(ENGINES.get(name), "experimental", False)
+  ]
+
+
 __all__ = [
     "Engine",
+    "EngineContext",
     "NativeEngine",
     "RowIdSource",
     "TpuInferenceEngine",
     "VllmEngine",
+    "experimental_engines",
 ]

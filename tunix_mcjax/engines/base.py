@@ -24,9 +24,11 @@ and nothing more, so that other engines (vLLM, MaxText) can implement it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+import contextlib
 import dataclasses
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
+import warnings
 
 from absl import logging
 from flax import nnx
@@ -34,6 +36,8 @@ import jax
 import jaxtyping
 import numpy as np
 from tunix.rl.rollout import base_rollout
+
+Mesh = jax.sharding.Mesh
 
 
 @runtime_checkable
@@ -72,22 +76,32 @@ class Engine(base_rollout.BaseRollout, abc.ABC):
   * `param_shardings()`: the layout published parameters must arrive in.
   * `update_params(params)`: installs parameters that already have that
     layout, without copies or resharding.
+
+  Engines take Tunix's rollout arguments (`rollout_actor`, `tokenizer`,
+  `mesh`, `rollout_config`) plus one `EngineContext` (`context=`), which a
+  `functools.partial` of the class supplies.
+
+  Attributes:
+    experimental: the engine has never run on the hardware it targets.
   """
+
+  experimental: ClassVar[bool] = False
 
   @property
   @abc.abstractmethod
   def engine_mesh(self) -> jax.sharding.Mesh:
     """The mesh the engine's model and all its computations live on."""
 
-  @abc.abstractmethod
   def param_shardings(self) -> Any:
     """Returns the layout the engine wants published parameters in.
 
     Returns:
       A tree with the structure of `nnx.state(model, nnx.Param)` whose leaves
       are `jax.sharding.NamedSharding`s on `engine_mesh`; usable directly as
-      `out_shardings` of a jitted publication step.
+      `out_shardings` of a jitted publication step. By default, the
+      shardings of `publication_target()`.
     """
+    return jax.tree.map(lambda s: s.sharding, self.publication_target())
 
   @abc.abstractmethod
   def update_params(
@@ -151,7 +165,104 @@ class EngineModelSpec:
       )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class EngineContext:
+  """What an engine gets beyond Tunix's rollout arguments.
+
+  The multi-controller cluster builds one per host; recipes running the
+  stock cluster with our engines build one too.
+
+  Attributes:
+    engine_mesh: the host-local mesh (Auto axis types) the engine runs on.
+      None: Tunix's ROLLOUT `mesh`.
+    row_ids: identities of the rows to generate; without them sampling is
+      not placement-invariant (the engine counts rows and logs a warning).
+    seed: base seed of the per-row sampling seeds. None: the rollout
+      config's `seed` if it is an int, else 0.
+    initial_model: a model already local to this process that the engine
+      takes its first weights from (or takes over) instead of copying
+      `rollout_actor`; global (multi-host) arrays cannot be copied onto one
+      host's devices.
+    reshard_on_update: let `update_params` lay out process-local parameters
+      itself, as Tunix's stock `sync_weights` expects of a single-controller
+      engine (the 'tunix' backend). Off under mcjax, where publication
+      delivers the layout and a reshard would hide a mistake.
+    source_mapping: with `reshard_on_update`, maps the trainer's flat
+      parameters onto the engine's (an `EngineModelSpec.mapping`, e.g. a
+      MaxText actor's). Only the native engine supports it.
+  """
+
+  engine_mesh: Mesh | None = None
+  row_ids: RowIdSource | None = None
+  seed: int | None = None
+  # Not in repr: a whole model would flood logs.
+  initial_model: Any = dataclasses.field(default=None, repr=False)
+  reshard_on_update: bool = False
+  source_mapping: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+  def __post_init__(self):
+    if self.engine_mesh is not None and not isinstance(self.engine_mesh, Mesh):
+      raise TypeError(
+          f"engine_mesh must be a jax.sharding.Mesh; got {self.engine_mesh!r}."
+      )
+    if self.row_ids is not None and not isinstance(self.row_ids, RowIdSource):
+      raise TypeError(
+          f"row_ids must have a take(num_rows) method; got {self.row_ids!r}."
+      )
+    if self.seed is not None and (
+        isinstance(self.seed, bool)
+        or not isinstance(self.seed, (int, np.integer))
+    ):
+      raise TypeError(f"seed must be an int or None; got {self.seed!r}.")
+    if not isinstance(self.reshard_on_update, bool):
+      raise TypeError("reshard_on_update must be a bool; got"
+                      f" {self.reshard_on_update!r}.")
+    if self.source_mapping is not None:
+      if not callable(self.source_mapping):
+        raise TypeError("source_mapping must be callable.")
+      if not self.reshard_on_update:
+        raise ValueError(
+            "source_mapping applies to parameters update_params lays out"
+            " itself; it needs reshard_on_update=True (under mcjax the"
+            " publisher maps)."
+        )
+
+
 # --- Helpers shared by engine implementations ---------------------------
+
+
+@contextlib.contextmanager
+def use_mesh(mesh: Mesh) -> Iterator[None]:
+  """Makes `mesh` the current mesh for both of JAX's mesh contexts.
+
+  `jax.set_mesh` alone is not enough: Tunix models (e.g. Qwen3's `shard`)
+  read the legacy `pxla.thread_resources` mesh that only `with mesh:` sets,
+  and `RLCluster` enters its (global) role mesh that way around every rollout
+  call. Without overriding both, the model's sharding constraints would name
+  the global mesh inside a host-local computation ("incompatible devices").
+
+  Args:
+    mesh: the mesh to make current.
+
+  Yields:
+    Nothing; the mesh is current inside the `with` block.
+  """
+  with contextlib.ExitStack() as stack:
+    if hasattr(jax, "set_mesh"):
+      stack.enter_context(jax.set_mesh(mesh))
+    elif hasattr(jax.sharding, "use_mesh"):
+      stack.enter_context(jax.sharding.use_mesh(mesh))
+    with warnings.catch_warnings():
+      # `with mesh:` is deprecated in favour of `jax.set_mesh`, but it is the
+      # only way to set the mesh Tunix's models read.
+      warnings.simplefilter("ignore", DeprecationWarning)
+      try:
+        stack.enter_context(mesh)
+      except RuntimeError:
+        # jax_disallow_mesh_context_manager is set: then nobody else can have
+        # entered a legacy mesh context either.
+        pass
+    yield
 
 
 class CounterRowIds:
@@ -166,8 +277,13 @@ class CounterRowIds:
     return np.stack([rows, np.zeros_like(rows)], axis=1)
 
 
-def default_seed(rollout_config: base_rollout.RolloutConfig | None) -> int:
-  """The engine's base seed: RolloutConfig.seed when it is an int, else 0."""
+def default_seed(
+    rollout_config: base_rollout.RolloutConfig | None,
+    seed: int | None = None,
+) -> int:
+  """`seed`, else RolloutConfig.seed when it is an int, else 0."""
+  if seed is not None:
+    return int(seed)
   seed = None if rollout_config is None else rollout_config.seed
   if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
     return int(seed)
@@ -176,21 +292,25 @@ def default_seed(rollout_config: base_rollout.RolloutConfig | None) -> int:
 
 def engine_mesh_and_source(
     engine: str,
+    context: EngineContext,
     *,
-    mesh: jax.sharding.Mesh | None,
-    engine_mesh: jax.sharding.Mesh | None,
+    mesh: Mesh | None,
     rollout_actor: Any,
-    initial_model: Any,
-) -> tuple[jax.sharding.Mesh, Any]:
+) -> tuple[Mesh, Any]:
   """The checked engine mesh (default: Tunix's ROLLOUT `mesh`) and the model
   to take the first weights from (`initial_model`, else `rollout_actor`)."""
-  engine_mesh = mesh if engine_mesh is None else engine_mesh
+  engine_mesh = mesh if context.engine_mesh is None else context.engine_mesh
   if engine_mesh is None:
-    raise ValueError(f"{engine} needs `engine_mesh` (or `mesh`).")
+    raise ValueError(f"{engine} needs `context.engine_mesh` (or `mesh`).")
   check_engine_mesh(engine_mesh)
-  source = rollout_actor if initial_model is None else initial_model
+  source = (
+      rollout_actor if context.initial_model is None
+      else context.initial_model
+  )
   if source is None:
-    raise ValueError(f"{engine} needs `rollout_actor` or `initial_model`.")
+    raise ValueError(
+        f"{engine} needs `rollout_actor` or `context.initial_model`."
+    )
   return engine_mesh, source
 
 
@@ -235,38 +355,6 @@ def check_engine_mesh(mesh: jax.sharding.Mesh) -> None:
         " jax.make_mesh defaults to Explicit axes: pass"
         " axis_types=(jax.sharding.AxisType.Auto,) * ndim."
     )
-
-
-def key_part(k: Any) -> Any:
-  """A tree-path entry as a plain dict key / index / attribute name."""
-  for attr in ("key", "idx", "name"):
-    if hasattr(k, attr):
-      return getattr(k, attr)
-  return str(k)
-
-
-def path_name(path: tuple[Any, ...]) -> str:
-  """A `flat_arrays` path for error messages."""
-  return "/".join(str(p) for p in path)
-
-
-def flat_arrays(tree: Any) -> dict[tuple[Any, ...], Any]:
-  """Flattens an nnx.State / nested dict of (Variables of) arrays by path."""
-  if isinstance(tree, nnx.State):
-    tree = nnx.to_pure_dict(tree)
-  else:
-    tree = jax.tree.map(
-        lambda v: _variable_value(v) if isinstance(v, nnx.Variable) else v,
-        tree,
-        is_leaf=lambda v: isinstance(v, nnx.Variable),
-    )
-  flat, _ = jax.tree_util.tree_flatten_with_path(tree)
-  return {tuple(key_part(k) for k in path): v for path, v in flat}
-
-
-def _variable_value(v: nnx.Variable) -> Any:
-  # flax >= 0.12 deprecates `.value` in favour of `get_value()`.
-  return v.get_value() if hasattr(v, "get_value") else v.value
 
 
 def check_row_ids(row_ids: Any) -> np.ndarray:

@@ -32,11 +32,9 @@ floating-point differences between batch compositions, which were seen to be
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-import contextlib
+from collections.abc import Callable, Sequence
 import dataclasses
 from typing import Any
-import warnings
 
 from flax import nnx
 import jax
@@ -47,50 +45,15 @@ from tunix.generate import sampler as sampler_lib
 from tunix.rl import common
 from tunix.rl.rollout import base_rollout
 
+from tunix_mcjax import compat
+from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import base
 
-# Tunix's sampler passes this private state type to the methods overridden
-# here; naming it once keeps the pylint exemption in one place.
-_SamplingState = sampler_lib._SamplingState  # pylint: disable=protected-access
+SamplingState = compat.SamplingState
 
 Mesh = jax.sharding.Mesh
 NamedSharding = jax.sharding.NamedSharding
 PartitionSpec = jax.sharding.PartitionSpec
-
-
-
-@contextlib.contextmanager
-def use_mesh(mesh: Mesh) -> Iterator[None]:
-  """Makes `mesh` the current mesh for both of JAX's mesh contexts.
-
-  `jax.set_mesh` alone is not enough: Tunix models (e.g. Qwen3's `shard`)
-  read the legacy `pxla.thread_resources` mesh that only `with mesh:` sets,
-  and `RLCluster` enters its (global) role mesh that way around every rollout
-  call. Without overriding both, the model's sharding constraints would name
-  the global mesh inside a host-local computation ("incompatible devices").
-
-  Args:
-    mesh: the mesh to make current.
-
-  Yields:
-    Nothing; the mesh is current inside the `with` block.
-  """
-  with contextlib.ExitStack() as stack:
-    if hasattr(jax, "set_mesh"):
-      stack.enter_context(jax.set_mesh(mesh))
-    elif hasattr(jax.sharding, "use_mesh"):
-      stack.enter_context(jax.sharding.use_mesh(mesh))
-    with warnings.catch_warnings():
-      # `with mesh:` is deprecated in favour of `jax.set_mesh`, but it is the
-      # only way to set the mesh Tunix's models read.
-      warnings.simplefilter("ignore", DeprecationWarning)
-      try:
-        stack.enter_context(mesh)
-      except RuntimeError:
-        # jax_disallow_mesh_context_manager is set: then nobody else can have
-        # entered a legacy mesh context either.
-        pass
-    yield
 
 
 def _row_keys_impl(base_key: jax.Array, ids: jax.Array) -> jax.Array:
@@ -127,7 +90,7 @@ def _is_per_row_key(seed: jax.Array, batch_size: int) -> bool:
   return seed.ndim == 2 and seed.shape[0] == batch_size
 
 
-class PerRowKeySampler(sampler_lib.Sampler):
+class PerRowKeySampler(compat.HookedSampler):
   """Tunix's `Sampler` with one PRNG key per row in top-p mode.
 
   Pass `seed=` a (B,) array of keys (raw uint32 (B, 2) or typed (B,)). The
@@ -153,11 +116,11 @@ class PerRowKeySampler(sampler_lib.Sampler):
   ):
     super().__init__(transformer, tokenizer, cache_config)
     self._row_sharding = row_sharding
-    self._init_fns: dict[Any, Callable[..., _SamplingState]] = {}
+    self._init_fns: dict[Any, Callable[..., SamplingState]] = {}
 
   def init_sample_state(
       self, all_input_ids: jax.Array, **kwargs: Any
-  ) -> _SamplingState:
+  ) -> SamplingState:
     if self._row_sharding is None:
       state = super().init_sample_state(all_input_ids, **kwargs)
       return dataclasses.replace(
@@ -177,7 +140,7 @@ class PerRowKeySampler(sampler_lib.Sampler):
 
   def _sharded_init(
       self, all_input_ids: jax.Array, seed: jax.Array, kwargs: dict[str, Any]
-  ) -> Callable[[jax.Array, jax.Array], _SamplingState]:
+  ) -> Callable[[jax.Array, jax.Array], SamplingState]:
     """Builds the sampling state directly in its row-sharded layout.
 
     Run eagerly, Tunix's init_sample_state would allocate the whole batch's
@@ -222,25 +185,25 @@ class PerRowKeySampler(sampler_lib.Sampler):
     ]
     build_jit = jax.jit(build, out_shardings=out_shardings)
 
-    def init(ids: jax.Array, keys: jax.Array) -> _SamplingState:
+    def init(ids: jax.Array, keys: jax.Array) -> SamplingState:
       arrays = iter(build_jit(ids, keys))
       leaves = [next(arrays) if x is hole else x for x in skeleton["leaves"]]
       return jax.tree.unflatten(skeleton["treedef"], leaves)
 
     return init
 
-  def _sample(
+  def sample_step(
       self,
       logits: jnp.ndarray,
       eos: jax.Array,
       cache: dict[str, dict[str, jaxtyping.Array]],
-      sampler_state: _SamplingState,
-  ) -> _SamplingState:
+      sampler_state: SamplingState,
+  ) -> SamplingState:
     batch_size = sampler_state.token_buffer.shape[0]
     if sampler_state.sampling_mode != "top_p" or not _is_per_row_key(
         sampler_state.seed, batch_size
     ):
-      return super()._sample(logits, eos, cache, sampler_state)
+      return super().sample_step(logits, eos, cache, sampler_state)
 
     logits = logits[:, -1][:, None, :]  # [B, 1, V]
     if sampler_state.forbidden_token_ids:
@@ -294,15 +257,17 @@ class NativeEngine(base.Engine):
   """Tunix's sampler on a private, replicated, data-parallel model copy.
 
   Plugs into `ClusterConfig.rollout_engine` (as the class, or a
-  `functools.partial` of it supplying the keyword-only extras), which Tunix
-  calls as `engine(rollout_actor=, tokenizer=, mesh=, rollout_config=)`.
+  `functools.partial` of it supplying `context=` and the other keyword-only
+  extras), which Tunix calls as `engine(rollout_actor=, tokenizer=, mesh=,
+  rollout_config=)`.
 
   The engine never shares parameter buffers with `rollout_actor`: it copies
   them (replicated) onto `engine_mesh`, and later trainer updates reach it
-  only through `update_params`. `initial_model`, when given, is taken over as
-  the engine's model (its arrays are reused if they are already replicated on
-  `engine_mesh`); the multi-host cluster uses it to hand over a host-local
-  copy, since global arrays cannot be copied onto one host's devices here.
+  only through `update_params`. The context's `initial_model`, when given,
+  is taken over as the engine's model (its arrays are reused if they are
+  already replicated on `engine_mesh`); the multi-host cluster uses it to
+  hand over a host-local copy, since global arrays cannot be copied onto one
+  host's devices here.
 
   Rows of a `generate` call are sharded over all devices of `engine_mesh`;
   the batch is padded to a multiple of the device count by repeating the last
@@ -323,46 +288,27 @@ class NativeEngine(base.Engine):
       tokenizer: Any,
       mesh: Mesh | None = None,
       rollout_config: base_rollout.RolloutConfig | None = None,
-      engine_mesh: Mesh | None = None,
-      row_ids: base.RowIdSource | None = None,
-      seed: int | None = None,
-      initial_model: nnx.Module | None = None,
+      context: base.EngineContext | None = None,
       cache_size: int | None = None,
-      reshard_on_update: bool = False,
-      source_mapping: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
   ):
     """Initializes the engine.
 
     Args:
       rollout_actor: the policy to copy (Tunix's plug point passes it).
-        Ignored when `initial_model` is given.
+        Ignored when `context.initial_model` is given.
       tokenizer: a tokenizer Tunix's `TokenizerAdapter` accepts.
-      mesh: Tunix's ROLLOUT mesh; the default for `engine_mesh`.
+      mesh: Tunix's ROLLOUT mesh; the default for `context.engine_mesh`.
       rollout_config: the TRAIN rollout config; supplies the default seed and
         KV-cache size.
-      engine_mesh: the host-local mesh to run on (Auto axis types).
-      row_ids: identities of the rows to generate; without them sampling is
-        not placement-invariant (a warning is logged).
-      seed: base seed for the row keys. Default: `rollout_config.seed` if it
-        is an int, else 0.
-      initial_model: a model already local to this process to take over
-        instead of copying `rollout_actor`.
+      context: see `base.EngineContext`. Its `source_mapping` is applied
+        inside the same jitted program that lays out the parameters.
       cache_size: KV-cache length. Default: the larger of
         `rollout_config.kv_cache_size` and `max_prompt_length +
         max_tokens_to_generate`.
-      reshard_on_update: let `update_params` move process-local parameters
-        into the engine layout itself, as Tunix's stock `sync_weights`
-        expects of a single-controller engine (the 'tunix' backend). Off
-        under mcjax, where publication delivers the layout and a reshard here
-        would hide a mistake.
-      source_mapping: with `reshard_on_update`, maps the trainer's flat
-        parameters onto this engine's (an `EngineModelSpec.mapping`, e.g. a
-        MaxText actor's), applied inside the same jitted program that lays
-        them out.
     """
+    context = context or base.EngineContext()
     engine_mesh, source = base.engine_mesh_and_source(
-        "NativeEngine", mesh=mesh, engine_mesh=engine_mesh,
-        rollout_actor=rollout_actor, initial_model=initial_model)
+        "NativeEngine", context, mesh=mesh, rollout_actor=rollout_actor)
     if cache_size is None:
       if rollout_config is None:
         raise ValueError(
@@ -377,39 +323,37 @@ class NativeEngine(base.Engine):
     self._row_sharding = NamedSharding(
         engine_mesh, PartitionSpec(tuple(engine_mesh.axis_names))
     )
-    self._seed = base.default_seed(rollout_config) if seed is None else int(seed)
-    self._reshard_on_update = reshard_on_update
+    self._seed = base.default_seed(rollout_config, context.seed)
+    self._reshard_on_update = context.reshard_on_update
     self._gather_fn = jax.jit(
         lambda x, dtype: x.astype(dtype),
         static_argnums=1,
         out_shardings=self._replicated,
     )
-    self._row_ids = base.row_ids_or_counter("NativeEngine", row_ids)
+    self._row_ids = base.row_ids_or_counter("NativeEngine", context.row_ids)
     # One jit per engine: its out_shardings names this engine's mesh.
     self._row_keys_fn = jax.jit(
         _row_keys_impl, out_shardings=self._row_sharding
     )
 
-    with use_mesh(engine_mesh):
-      model = self._local_copy(source, owned=initial_model is not None)
-    if source_mapping is not None and not reshard_on_update:
-      raise ValueError(
-          "source_mapping applies to parameters update_params lays out"
-          " itself; it needs reshard_on_update=True (under mcjax the"
-          " publisher maps)."
+    with base.use_mesh(engine_mesh):
+      model = self._local_copy(
+          source, owned=context.initial_model is not None
       )
     self._source_publisher = None
-    if source_mapping is not None:
+    if context.source_mapping is not None:
       from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
 
       self._source_publisher = publication.Publisher(
           dst=nnx.state(model, nnx.Param),
           local_mesh=engine_mesh,
-          mapping=source_mapping,
+          mapping=context.source_mapping,
       )
     self._expected = {
         path: jax.ShapeDtypeStruct(x.shape, x.dtype)
-        for path, x in base.flat_arrays(nnx.state(model, nnx.Param)).items()
+        for path, x in tree_paths.flat_params(
+            nnx.state(model, nnx.Param)
+        ).items()
     }
     config = getattr(model, "config", None)
     self._sampler = PerRowKeySampler(
@@ -428,8 +372,8 @@ class NativeEngine(base.Engine):
     # update itself on real models).
     state = self._sampler.transformer_state
     self._state_treedef = jax.tree.structure(state)
-    self._state_paths = list(base.flat_arrays(state))
-    if [id(x) for x in base.flat_arrays(state).values()] != [
+    self._state_paths = list(tree_paths.flat_params(state))
+    if [id(x) for x in tree_paths.flat_params(state).values()] != [
         id(x) for x in jax.tree.leaves(state)
     ]:
       raise AssertionError("Unexpected leaf order of the sampler's state.")
@@ -505,7 +449,7 @@ class NativeEngine(base.Engine):
     prompts += [prompts[-1]] * num_pad
     ids = np.concatenate([ids, np.repeat(ids[-1:], num_pad, axis=0)])
 
-    with use_mesh(self._engine_mesh):
+    with base.use_mesh(self._engine_mesh):
       keys = self._row_keys_fn(jax.random.PRNGKey(self._seed), ids)
       out = self._sampler(
           input_strings=prompts,
@@ -559,7 +503,7 @@ class NativeEngine(base.Engine):
           [completions, np.repeat(completions[-1:], num_pad, 0)]
       )
     graphdef, state = self._sampler.model_def_and_state()
-    with use_mesh(self._engine_mesh):
+    with base.use_mesh(self._engine_mesh):
       logps = common.compute_per_token_logps(
           graphdef,
           state,
@@ -592,7 +536,7 @@ class NativeEngine(base.Engine):
     """
     if self._source_publisher is not None:
       params = self._source_publisher(params)
-    new_flat = base.flat_arrays(params)
+    new_flat = tree_paths.flat_params(params)
     if self._reshard_on_update:
       new_flat = {p: self._into_layout(p, x) for p, x in new_flat.items()}
     self._check_params(new_flat, partial=filter_types is not None)
@@ -622,7 +566,7 @@ class NativeEngine(base.Engine):
   ) -> None:
     """Raises ValueError naming a parameter not in the engine's layout."""
     unexpected = sorted(
-        base.path_name(p) for p in new_flat if p not in self._expected
+        tree_paths.dotted(p) for p in new_flat if p not in self._expected
     )
     if unexpected:
       raise ValueError(
@@ -631,7 +575,7 @@ class NativeEngine(base.Engine):
       )
     if not partial:
       missing = sorted(
-          base.path_name(p) for p in self._expected if p not in new_flat
+          tree_paths.dotted(p) for p in self._expected if p not in new_flat
       )
       if missing:
         raise ValueError(
@@ -639,7 +583,7 @@ class NativeEngine(base.Engine):
             " filter_types to update a subset."
         )
     for path, x in new_flat.items():
-      name = base.path_name(path)
+      name = tree_paths.dotted(path)
       want = self._expected[path]
       if not isinstance(x, jax.Array):
         raise ValueError(

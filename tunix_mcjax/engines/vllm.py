@@ -65,7 +65,6 @@ import types
 from typing import Any
 import warnings
 
-from absl import logging
 from flax import nnx
 import jax
 import jaxtyping
@@ -74,103 +73,16 @@ from tunix.generate import tokenizer_adapter
 from tunix.rl.rollout import base_rollout
 
 from tunix_mcjax import compat
+from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import base
-from tunix_mcjax.engines import vllm_mapping
+from tunix_mcjax.engines import qwen3_hf
+from tunix_mcjax.engines import vllm_options
+
+VllmEngineOptions = vllm_options.VllmEngineOptions
 
 Mesh = jax.sharding.Mesh
 NamedSharding = jax.sharding.NamedSharding
 PartitionSpec = jax.sharding.PartitionSpec
-
-_TRANSFERS = ("dlpack", "host")
-_DTYPES = ("float32", "bfloat16", "float16")
-
-# vLLM only supports in-process weight reloads: in multiprocess mode tensors
-# passed through collective_rpc fail to pickle (platform-notes, "vLLM on CPU").
-_REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-# Defaults a user may override from the environment.
-_DEFAULT_ENV = {
-    "VLLM_HOST_IP": "127.0.0.1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    # vLLM logs a warm-up traceback (it renders a chat template without a
-    # tokenizer) and per-request INFO lines; keep the console to errors.
-    "VLLM_LOGGING_LEVEL": "ERROR",
-    "VLLM_CONFIGURE_LOGGING": "1",
-}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VllmEngineOptions:
-  """Options of `VllmEngine` beyond Tunix's rollout config.
-
-  Attributes:
-    dtype: vLLM compute and staging dtype ("float32", "bfloat16",
-      "float16"). None: `RolloutConfig.data_type` if set, else the policy's
-      parameter dtype.
-    keep_kv_cache: keep the KV-cache memory allocated across publications
-      (see the module docstring); False needs vLLM sleep mode (GPU).
-    enable_prefix_caching: share the KV of a prompt between its G samples.
-      The prefix cache is reset after every publication either way.
-    forbid_pad_token: never sample the pad id (unless it is a stop token).
-      Tunix's learner and trainer treat a pad id inside a completion as
-      padding (masked out of attention and loss), whereas vLLM attends to
-      it; forbidding it keeps the sampled sequence exactly the one the
-      trainer scores. The native engine has no such option; its sampler
-      masks generated pad ids out of attention instead.
-    transfer: "dlpack" (zero-copy JAX -> torch on the same device) or "host"
-      (copy through NumPy; for setups where JAX and torch devices differ).
-    max_model_len: longest prompt + completion; None: from the rollout
-      config (its kv_cache_size, or max_prompt_length +
-      max_tokens_to_generate if larger).
-    max_num_seqs: vLLM's maximum number of concurrent sequences.
-    gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only;
-      the trainer shares the device).
-    cpu_kv_cache_space_gib: KV-cache size on CPU (sets
-      VLLM_CPU_KVCACHE_SPACE unless already set).
-    config_dir: where to write config.json; None: a temporary directory
-      removed when the engine is closed.
-    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours).
-  """
-
-  dtype: str | None = None
-  keep_kv_cache: bool = True
-  enable_prefix_caching: bool = True
-  forbid_pad_token: bool = True
-  transfer: str = "dlpack"
-  max_model_len: int | None = None
-  max_num_seqs: int = 256
-  gpu_memory_utilization: float = 0.3
-  cpu_kv_cache_space_gib: int = 1
-  config_dir: str | None = None
-  engine_kwargs: tuple[tuple[str, Any], ...] = ()
-
-  def __post_init__(self):
-    if self.dtype is not None and self.dtype not in _DTYPES:
-      raise ValueError(f"dtype must be one of {_DTYPES} or None; got"
-                       f" {self.dtype!r}.")
-    if self.transfer not in _TRANSFERS:
-      raise ValueError(f"transfer must be one of {_TRANSFERS}; got"
-                       f" {self.transfer!r}.")
-    if self.max_model_len is not None and self.max_model_len < 2:
-      raise ValueError(f"max_model_len must be >= 2; got {self.max_model_len}.")
-    if self.max_num_seqs < 1:
-      raise ValueError(f"max_num_seqs must be >= 1; got {self.max_num_seqs}.")
-    if not 0.0 < self.gpu_memory_utilization <= 1.0:
-      raise ValueError("gpu_memory_utilization must be in (0, 1]; got"
-                       f" {self.gpu_memory_utilization}.")
-    if self.cpu_kv_cache_space_gib < 1:
-      raise ValueError("cpu_kv_cache_space_gib must be >= 1; got"
-                       f" {self.cpu_kv_cache_space_gib}.")
-    if isinstance(self.engine_kwargs, dict):
-      # Accept a dict for convenience; store it hashable (frozen dataclass).
-      object.__setattr__(self, "engine_kwargs",
-                         tuple(sorted(self.engine_kwargs.items())))
-    for item in self.engine_kwargs:
-      if not (isinstance(item, tuple) and len(item) == 2
-              and isinstance(item[0], str)):
-        raise ValueError("engine_kwargs must be a dict or (name, value)"
-                         f" pairs; got {item!r}.")
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EngineUpdateStats:
@@ -205,27 +117,6 @@ def _next_power_of_2(x: int) -> int:
   return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
-def _import_vllm() -> Any:
-  for name, value in _REQUIRED_ENV.items():
-    if os.environ.get(name, value) != value:
-      logging.warning("VllmEngine sets %s=%s (was %s): weight reloads need an"
-                      " in-process engine.", name, value, os.environ[name])
-    os.environ[name] = value
-  for name, value in _DEFAULT_ENV.items():
-    os.environ.setdefault(name, value)
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-    import vllm  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(
-        "The 'vllm' engine needs vLLM and PyTorch, which the main environment"
-        " does not have (vLLM's CPU build needs Python 3.11). Use the vLLM"
-        " environment: `make venv-vllm`, then run with .venv-vllm/bin/python"
-        f" (see README, 'vLLM engines'). Import error: {e}"
-    ) from e
-  return vllm, torch
-
-
 def _numpy_to_torch(torch: Any, x: np.ndarray) -> Any:
   x = np.ascontiguousarray(x)
   with warnings.catch_warnings():
@@ -243,7 +134,7 @@ class VllmEngine(base.Engine):
 
   Plugs into `ClusterConfig.rollout_engine` like `NativeEngine` (Tunix calls
   it as `engine(rollout_actor=, tokenizer=, mesh=, rollout_config=)`; the
-  mcjax cluster adds `engine_mesh=, row_ids=, seed=, initial_model=`).
+  mcjax cluster adds `context=`, a `base.EngineContext`).
   Supports dense Tunix Qwen3 policies. The engine keeps no JAX copy of the
   model: `model()` returns None, as Tunix's own vLLM rollout does.
 
@@ -266,39 +157,36 @@ class VllmEngine(base.Engine):
       tokenizer: Any,
       mesh: Mesh | None = None,
       rollout_config: base_rollout.RolloutConfig | None = None,
-      engine_mesh: Mesh | None = None,
-      row_ids: base.RowIdSource | None = None,
-      seed: int | None = None,
-      initial_model: nnx.Module | None = None,
-      reshard_on_update: bool = False,
+      context: base.EngineContext | None = None,
       options: VllmEngineOptions | None = None,
   ):
     """Starts vLLM and installs the policy's weights.
 
     Args:
       rollout_actor: the policy (Tunix's plug point passes it); ignored when
-        `initial_model` is given.
+        `context.initial_model` is given.
       tokenizer: a tokenizer Tunix's `TokenizerAdapter` accepts.
-      mesh: Tunix's ROLLOUT mesh; the default for `engine_mesh`.
+      mesh: Tunix's ROLLOUT mesh; the default for `context.engine_mesh`.
       rollout_config: the TRAIN rollout config (defaults for dtype, lengths
         and seed).
-      engine_mesh: this host's mesh: the staging layout of published
-        parameters is replicated on it. vLLM itself runs on the host's
-        first device of that mesh (GPU) or on the CPU.
-      row_ids: identities of the rows to generate (placement-invariant
-        sampling); without them a per-engine counter is used.
-      seed: base seed of per-row sampling seeds. Default:
-        `rollout_config.seed` if it is an int, else 0.
-      initial_model: a host-local model to take the first weights from.
-      reshard_on_update: accept parameters in any fully addressable layout
-        in `update_params` (the single-controller 'tunix' backend publishes
-        the trainer's own sharded arrays); off under mcjax.
+      context: see `base.EngineContext`. The staging layout of published
+        parameters is replicated on the engine mesh; vLLM itself runs on
+        the host's first device of that mesh (GPU) or on the CPU. With
+        `reshard_on_update`, `update_params` accepts parameters in any fully
+        addressable layout (the single-controller 'tunix' backend publishes
+        the trainer's own sharded arrays). `source_mapping` is not
+        supported.
       options: see `VllmEngineOptions`.
     """
     self._options = options or VllmEngineOptions()
+    context = context or base.EngineContext()
+    if context.source_mapping is not None:
+      raise NotImplementedError(
+          "VllmEngine does not apply a source_mapping; publish the engine"
+          " model's own parameters."
+      )
     engine_mesh, source = base.engine_mesh_and_source(
-        "VllmEngine", mesh=mesh, engine_mesh=engine_mesh,
-        rollout_actor=rollout_actor, initial_model=initial_model)
+        "VllmEngine", context, mesh=mesh, rollout_actor=rollout_actor)
     config = getattr(source, "config", None)
     from tunix.models.qwen3 import model as qwen3_lib  # pylint: disable=g-import-not-at-top
 
@@ -307,19 +195,16 @@ class VllmEngine(base.Engine):
           "VllmEngine publishes Tunix Qwen3 models (tunix.models.qwen3); got"
           f" a {type(source).__name__} with config {type(config).__name__}."
       )
-    self._mapping = vllm_mapping.Qwen3ToHf(config)
+    self._mapping = qwen3_hf.TunixQwen3ToHf(config)
     self._tied = bool(config.use_tied_embedding)
     self._head_dim = int(config.head_dim)
     self._engine_mesh = engine_mesh
     self._replicated = NamedSharding(engine_mesh, PartitionSpec())
     # vLLM reads staged parameters from this device's copy.
     self._device = engine_mesh.devices.flat[0]
-    self._reshard_on_update = reshard_on_update
-    self._seed = (
-        base.default_seed(rollout_config)
-        if seed is None else int(seed)
-    )
-    self._row_ids = base.row_ids_or_counter("VllmEngine", row_ids)
+    self._reshard_on_update = context.reshard_on_update
+    self._seed = base.default_seed(rollout_config, context.seed)
+    self._row_ids = base.row_ids_or_counter("VllmEngine", context.row_ids)
     self._tokenizer = (
         tokenizer if isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter)
         else tokenizer_adapter.TokenizerAdapter(tokenizer)
@@ -328,15 +213,15 @@ class VllmEngine(base.Engine):
     # Staging layout: Tunix's names and shapes in the engine dtype,
     # replicated on the engine mesh (what the publisher all-gathers into).
     params = nnx.state(source, nnx.Param)
-    flat = base.flat_arrays(params)
+    flat = tree_paths.flat_params(params)
     self._mapping.check(flat)
     dtype = self._options.dtype or (
         None if rollout_config is None or rollout_config.data_type is None
         else np.dtype(rollout_config.data_type).name
     ) or np.dtype(next(iter(flat.values())).dtype).name
-    if dtype not in _DTYPES:
+    if dtype not in vllm_options.DTYPES:
       raise ValueError(f"Unsupported vLLM dtype {dtype!r}; choose one of"
-                       f" {_DTYPES} (VllmEngineOptions.dtype).")
+                       f" {vllm_options.DTYPES} (VllmEngineOptions.dtype).")
     self._dtype = np.dtype(jax.numpy.dtype(dtype))
     self._expected = {
         p: jax.ShapeDtypeStruct(tuple(x.shape), self._dtype)
@@ -353,16 +238,16 @@ class VllmEngine(base.Engine):
     self._max_model_len = self._resolve_max_model_len(rollout_config)
     self.last_update_stats: EngineUpdateStats | None = None
 
-    self._vllm, self._torch = _import_vllm()
+    self._vllm, self._torch = vllm_options.import_vllm()
     self._tmpdir = None
     config_dir = self._options.config_dir
     if config_dir is None:
       self._tmpdir = tempfile.TemporaryDirectory(prefix="tunix_mcjax_vllm_")
       config_dir = self._tmpdir.name
     eos = self._tokenizer.eos_id()
-    vllm_mapping.write_hf_config_dir(
+    qwen3_hf.write_hf_config_dir(
         config_dir,
-        vllm_mapping.qwen3_hf_config(
+        qwen3_hf.qwen3_hf_config(
             config,
             bos_id=self._tokenizer.bos_id() or None,
             eos_id=eos,
@@ -473,9 +358,6 @@ class VllmEngine(base.Engine):
     """The underlying `vllm.LLM` (for inspection and tests)."""
     return self._llm
 
-  def param_shardings(self) -> Any:
-    return jax.tree.map(lambda s: s.sharding, self._target)
-
   def publication_target(self) -> Any:
     """Tunix's parameter tree as ShapeDtypeStructs, replicated on the mesh."""
     return self._target
@@ -506,7 +388,7 @@ class VllmEngine(base.Engine):
       ValueError: naming the first parameter that is unexpected, missing
         (complete updates), or of the wrong shape, dtype or layout.
     """
-    flat = base.flat_arrays(params)
+    flat = tree_paths.flat_params(params)
     complete = set(flat) == set(self._expected)
     self._check_params(flat, allow_reshard=self._reshard_on_update,
                        subset=filter_types is not None)
@@ -522,7 +404,9 @@ class VllmEngine(base.Engine):
   def _install(self, flat: dict[Any, Any], *, subset: bool) -> None:
     t0 = time.perf_counter()
     torch_flat = {p: self._to_torch(x) for p, x in flat.items()}
-    tensors = self._mapping.convert(torch_flat, subset=subset)
+    # _check_params has checked names and shapes against `_expected`,
+    # which the mapping itself checked at construction.
+    tensors = self._mapping.convert(torch_flat, subset=subset, checked=True)
     t1 = time.perf_counter()
     freed = False
     if not self._options.keep_kv_cache:
@@ -533,7 +417,7 @@ class VllmEngine(base.Engine):
       self._worker.reload_weights(weights_iterator=tensors)
       if self._tied and self._embedding_path in flat:
         # After reload_weights the tied LM head keeps a stale packed copy of
-        # the embedding on CPU (platform-notes); re-process it.
+        # the embedding on CPU (docs/platform-notes.md); re-process it.
         model = self._worker.model_runner.get_model()
         model.lm_head.quant_method.process_weights_after_loading(
             model.lm_head
@@ -557,7 +441,7 @@ class VllmEngine(base.Engine):
 
   def _check_complete(self) -> None:
     if self._pending:
-      names = sorted(vllm_mapping.path_name(p) for p in self._pending)
+      names = sorted(tree_paths.dotted(p) for p in self._pending)
       raise RuntimeError(
           f"Publication is incomplete: parameter {names[0]!r} ({len(names)}"
           " held in all) arrived without the rest of its vLLM module, so"
@@ -567,14 +451,14 @@ class VllmEngine(base.Engine):
   def _check_params(self, flat: dict[Any, Any], *, allow_reshard: bool,
                     subset: bool) -> None:
     """Raises ValueError naming a parameter that does not fit."""
-    unexpected = sorted(vllm_mapping.path_name(p) for p in flat
+    unexpected = sorted(tree_paths.dotted(p) for p in flat
                         if p not in self._expected)
     if unexpected:
       raise ValueError(
           f"update_params got parameter {unexpected[0]!r}, which the engine"
           f" does not have ({len(unexpected)} unexpected: {unexpected[:5]})."
       )
-    missing = sorted(vllm_mapping.path_name(p) for p in self._expected
+    missing = sorted(tree_paths.dotted(p) for p in self._expected
                      if p not in flat)
     if missing and not subset:
       raise ValueError(
@@ -583,7 +467,7 @@ class VllmEngine(base.Engine):
           " update a subset."
       )
     for path, x in flat.items():
-      name = vllm_mapping.path_name(path)
+      name = tree_paths.dotted(path)
       want = self._expected[path]
       if not isinstance(x, jax.Array):
         raise ValueError(f"Parameter {name!r} is a {type(x).__name__}, not a"

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Applies `maxtext_patches/*.patch` to a copy of the installed MaxText.
+"""Applies the MaxText patches (`patches/*.patch`) to a copy of MaxText.
 
   python -m tunix_mcjax.maxtext.patching --out build/maxtext_patched
   PYTHONPATH=build/maxtext_patched python -m maxtext.trainers.post_train.rl.train_rl ...
@@ -37,7 +37,8 @@ from absl import app
 from absl import flags
 
 MAXTEXT_VERSION = "0.2.5"
-PATCH_DIR = pathlib.Path(__file__).resolve().parents[2] / "maxtext_patches"
+# Package data: the patches ship in the wheel, next to this module.
+PATCH_DIR = pathlib.Path(__file__).resolve().parent / "patches"
 
 _OUT = flags.DEFINE_string(
     "out", "build/maxtext_patched", "Folder to put the patched maxtext in."
@@ -49,7 +50,8 @@ def patches() -> list[pathlib.Path]:
   found = sorted(PATCH_DIR.glob("[0-9][0-9][0-9][0-9]-*.patch"))
   if not found:
     raise FileNotFoundError(
-        f"No patches in {PATCH_DIR}; run from a checkout of tunix_mcjax."
+        f"No patches in {PATCH_DIR}; the tunix_mcjax installation is"
+        " incomplete (reinstall it)."
     )
   return found
 

@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+import tunix_mcjax
 from tunix_mcjax.recipes import tasks
 
-BACKENDS = ("tunix", "mcjax")
+# The registered cluster backends; the registry is the one list of them.
+BACKENDS = tuple(tunix_mcjax.backend_names())
 _DEMO = tasks.DEMO_DEFAULTS
 TRAINERS = ("tunix", "maxtext")
 
@@ -213,7 +215,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
   info = runtime.initialize()
-  import jax  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
@@ -223,6 +224,8 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import telemetry  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.telemetry import stock as telemetry_stock  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
 
   del engines  # Registers the built-in engines.
@@ -295,7 +298,8 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         **common,
     )
     train_ds = cluster.shard_dataset(batches, num_generations=cfg.num_generations)
-    stock_clock = None
+    stock_recorder = None
+    fixes = None
   else:
     # Stock single-controller cluster; only the engine is ours, so that both
     # backends draw the same per-row samples.
@@ -309,16 +313,23 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             num_hosts=1, host_index=0, num_generations=cfg.num_generations),
         length_fn=lambda ps: [len(adapter.encode(p)) for p in ps],
     )
-    engine_extra = {}
+    from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
+
+    engine_context = engine_base.EngineContext(
+        row_ids=adm.ledger, seed=cfg.seed, reshard_on_update=True)
+    fixes = None
     if engine_model is not None:
-      compat.install_fixes()  # The learner compares actor and engine models.
+      # The learner compares actor and engine models (Tunix fix, undone at
+      # the end of the job as the mcjax cluster undoes it at close()).
+      fixes = compat.install_fixes()
       from flax import nnx  # pylint: disable=g-import-not-at-top
       from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
 
       # The stock cluster hands the engine the actor's (MaxText) parameters
       # at every sync; the engine maps them as mcjax's publisher does.
       local = runtime.local_mesh(axis_names=engine_model.axis_names)
-      engine_extra = dict(
+      engine_context = dataclasses.replace(
+          engine_context,
           engine_mesh=local,
           initial_model=publication.build_engine_model(
               engine_model, nnx.state(actor, nnx.Param), local),
@@ -330,15 +341,19 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             role_to_mesh=roles,
             role_to_logical_axis_rule=axis_rules,
             rollout_engine=functools.partial(
-                ENGINES.get(cfg.engine), row_ids=adm.row_ids, seed=cfg.seed,
-                reshard_on_update=True, **engine_extra),
+                ENGINES.get(cfg.engine), context=engine_context),
             training_config=training_config,
             rollout_config=rollout_config,
         ),
         **common,
     )
-    stock_clock = _StockStepClock(cluster, cfg, adm)
+    # Step records with the mcjax schema, measured the same way.
+    stock_recorder = telemetry_stock.StockClusterRecorder(
+        cluster, ledger=adm.ledger, metrics_out=cfg.metrics_out
+    )
     train_ds = adm.shard(batches)
+  # Both clusters expose their step clock: reward scoring is its own phase.
+  reward_fns = telemetry.timed_reward_fns(reward_fns, cluster.step_clock)
 
   learner = grpo_learner.GRPOLearner(
       rl_cluster=cluster,
@@ -356,12 +371,15 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   t0 = time.perf_counter()
   learner.train(train_ds)
   wall = time.perf_counter() - t0
-  if stock_clock is not None:
-    stock_clock.close()
+  if stock_recorder is not None:
+    stock_recorder.close()
+  if fixes is not None:
+    fixes.undo()
 
   # learner.train() closed the cluster, which exported every step.
-  records = list(
-      cluster.step_records if stock_clock is None else stock_clock.records
+  records = (
+      list(cluster.step_records) if stock_recorder is None
+      else [r.as_dict() for r in stock_recorder.records]
   )
   summary = {"backend": cfg.backend, "num_hosts": info.process_count,
              "steps": len(records), "wall_s": wall, "records": records}
@@ -415,149 +433,3 @@ class _Recorder:
       return wrapped
 
     self.reward_fns = [wrap(f, i == 0) for i, f in enumerate(fns)]
-
-
-class _StockStepClock:
-  """Step anatomy of the stock cluster, measured like the mcjax backend's.
-
-  Wraps the instance's learner-facing methods (generate, reference
-  log-probs, update_actor, sync_weights, buffer_metrics); the learner calls
-  them through the instance, so nothing in Tunix changes. A step ends when
-  `sync_weights` returns; its record has the mcjax record's fields (one host,
-  so no straggler wait). `update_actor` is waited for, as mcjax does, so
-  that the train step's time is not charged to the next phase.
-
-  Attributes:
-    records: one dict per finished step.
-  """
-
-  def __init__(self, cluster, cfg: GrpoJobConfig, adm):
-    from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import host_optimizations  # pylint: disable=g-import-not-at-top
-
-    self._cluster = cluster
-    self._cfg = cfg
-    self._adm = adm
-    self._lib = cluster_lib
-    self._full_collections = host_optimizations.full_collections
-    self.records: list[dict[str, Any]] = []
-    if cfg.metrics_out:
-      os.makedirs(os.path.dirname(os.path.abspath(cfg.metrics_out)),
-                  exist_ok=True)
-    self._file = open(cfg.metrics_out, "a") if cfg.metrics_out else None
-    self._admission_seen = 0.0
-    self._reset(time.perf_counter(), 0.0)
-    self._wrap("generate", "generate", self._after_generate)
-    self._wrap("get_ref_per_token_logps", "logps")
-    self._wrap("get_old_per_token_logps", "logps")
-    self._wrap("update_actor", "train", self._after_update)
-    self._wrap("sync_weights", "publish")
-    buffer_metrics = cluster.buffer_metrics
-
-    def buffer_with_capture(metrics, mode="train"):
-      if str(mode) == "train":
-        for key, into in (("rewards/score/mean", self._clock.reward_means),
-                          ("completions/mean_length", self._clock.len_means)):
-          if key in metrics:
-            into.append(float(np.mean(metrics[key][0])))
-      return buffer_metrics(metrics, mode=mode)
-
-    cluster.buffer_metrics = buffer_with_capture
-
-  def _reset(self, now: float, export_s: float) -> None:
-    self._clock = self._lib.StepClock()
-    self._clock.reset(now)
-    self._export_s = export_s
-    self._collections0 = self._full_collections()
-
-  def _wrap(self, name: str, phase: str, after=None) -> None:
-    inner = getattr(self._cluster, name)
-
-    @functools.wraps(inner)
-    def timed(*args, **kwargs):
-      t0 = time.perf_counter()
-      out = inner(*args, **kwargs)
-      if after is not None:
-        after(out, args, kwargs)
-      self._clock.phases[phase] += time.perf_counter() - t0
-      if name == "sync_weights":
-        self._end_step()
-      return out
-
-    setattr(self._cluster, name, timed)
-
-  def _after_generate(self, out, args, kwargs) -> None:
-    del args
-    if str(kwargs.get("mode", "train")) != "train":
-      return
-    stats = self._lib.generation_stats(
-        out, micro_batch_size=kwargs.get("micro_batch_size"),
-        max_tokens=(kwargs.get("max_generation_steps")
-                    or self._cfg.max_new_tokens))
-    self._clock.add_generation(stats)
-
-  def _after_update(self, out, args, kwargs) -> None:
-    del out, args, kwargs
-    import jax  # pylint: disable=g-import-not-at-top
-    from flax import nnx  # pylint: disable=g-import-not-at-top
-
-    jax.block_until_ready(nnx.state(self._cluster.actor_trainer.model))
-
-  def _end_step(self) -> None:
-    from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
-
-    now = time.perf_counter()
-    admission_s = self._adm.admission_seconds()
-    self._clock.phases["admission"] = admission_s - self._admission_seen
-    self._admission_seen = admission_s
-    batch = self._adm.pop_batch_stats()
-    step_s = now - self._clock.start
-    accounted = sum(v for k, v in self._clock.phases.items() if k != "reward")
-    self._clock.phases["reward"] = max(0.0, step_s - accounted - self._export_s)
-    train = compat.last_train_metrics(self._cluster.actor_trainer)
-    gen = self._clock.gen
-    record = {
-        "step": len(self.records) + 1,
-        "backend": "tunix",
-        "num_hosts": 1,
-        "reward_mean": (
-            float(np.mean(self._clock.reward_means))
-            if self._clock.reward_means else None),
-        "completion_len_mean": (
-            float(np.mean(self._clock.len_means))
-            if self._clock.len_means else None),
-        "completion_len_max": gen["max_len"],
-        "completion_tokens": gen["tokens"],
-        "truncated_share": (
-            gen["truncated"] / gen["rows"] if gen["rows"] else None),
-        "loss": train.get("loss"),
-        "grad_norm": train.get("grad_norm"),
-        "step_time_s": step_s,
-        "phases": dict(self._clock.phases),
-        "host_overhead": {"metrics_export": self._export_s, "gc": 0.0},
-        "slowest_host": 0,
-        "straggler_wait": {p: 0.0 for p in self._lib.CROSS_HOST_POINTS}
-                          | {"total": 0.0},
-        "decode_iterations": gen["decode_iterations"],
-        "decode_iter_s": (
-            self._clock.phases["generate"] / gen["decode_iterations"]
-            if gen["decode_iterations"] else None),
-        "host_prompt_tokens": [batch.prompt_tokens if batch else -1],
-        "prompts_digest": batch.digest if batch else None,
-        "publish_calls": 1,
-        "gc": {"explicit_collects": 0, "skipped_collects": 0, "frozen": False,
-               "full_collections": self._full_collections()
-                                   - self._collections0},
-        "optimizations": None,
-    }
-    self.records.append(record)
-    if self._file:
-      self._file.write(json.dumps(record) + "\n")
-      self._file.flush()
-    # The next step starts now; writing this record is its host work.
-    self._reset(now, time.perf_counter() - now)
-
-  def close(self) -> None:
-    if self._file:
-      self._file.close()
-      self._file = None

@@ -44,10 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 from tunix.models.qwen3 import model as qwen3_lib
 
+from tunix_mcjax.engines import qwen3_hf
+
 # Tunix 0.1.7 hardcodes RoPE theta = 1e6 in `apply_rope` and ignores
 # `ModelConfig.rope_theta`, so a checkpoint trained with another theta would
 # load "fine" and produce wrong logits.
-TUNIX_QWEN3_ROPE_THETA = 1_000_000
+TUNIX_QWEN3_ROPE_THETA = qwen3_hf.TUNIX_QWEN3_ROPE_THETA
 
 # Special ids. bos must be non-zero: Tunix's Sampler only prepends bos when
 # `bos_id()` is truthy.
@@ -319,21 +321,6 @@ def _read_safetensors_header(path: pathlib.Path) -> dict[str, Any]:
   return header
 
 
-def _expected_hf_names(config: qwen3_lib.ModelConfig) -> list[str]:
-  names = ["model.embed_tokens.weight", "model.norm.weight"]
-  if not config.use_tied_embedding:
-    names.append("lm_head.weight")
-  per_layer = (
-      "input_layernorm", "post_attention_layernorm", "self_attn.q_proj",
-      "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-      "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj",
-      "mlp.down_proj",
-  )
-  for i in range(config.num_layers):
-    names.extend(f"model.layers.{i}.{n}.weight" for n in per_layer)
-  return names
-
-
 def _rope_theta(hf: dict[str, Any]) -> float:
   # transformers >= 5 writes `rope_parameters`; older checkpoints `rope_theta`.
   params = hf.get("rope_parameters") or {}
@@ -412,6 +399,52 @@ def qwen3_config_from_hf(
   )
 
 
+def hf_qwen3_loader_mode(
+    path: str | os.PathLike[str], config: qwen3_lib.ModelConfig
+) -> str:
+  """Checks a checkpoint's tensors; the mode of Tunix's loader that reads it.
+
+  Args:
+    path: The checkpoint directory (*.safetensors).
+    config: The Tunix config the checkpoint must fill.
+
+  Returns:
+    "optimized" (one dtype) or "original" (mixed dtypes, one process): the
+    `mode` of Tunix's `create_model_from_safe_tensors`.
+
+  Raises:
+    ValueError: A tensor the config needs is missing, or the files mix dtypes
+      in a multi-process job.
+  """
+  root = pathlib.Path(path).expanduser()
+  headers = {}
+  for f in sorted(root.glob("*.safetensors")):
+    headers.update(_read_safetensors_header(f))
+  # Tunix's loader reports a missing tensor as an opaque pytree-structure
+  # error (and leaks the file handles); name the missing tensors instead.
+  missing = [t.hf_name for t in qwen3_hf.qwen3_hf_tensors(config)
+             if t.hf_name not in headers]
+  if missing:
+    raise ValueError(
+        f"{str(root)!r} lacks tensors {missing[:8]}"
+        f"{' ...' if len(missing) > 8 else ''}; is it a dense Qwen3"
+        " checkpoint with Hugging Face parameter names (with lm_head.weight"
+        " when tie_word_embeddings is false)?"
+    )
+  # Tunix's fast loader memory-maps each file as ONE dtype (the first
+  # tensor's), which silently garbles files mixing dtypes; its per-tensor
+  # loader is correct there but puts every tensor on one local device first.
+  dtypes = {v["dtype"] for v in headers.values()}
+  mode = "optimized" if len(dtypes) == 1 else "original"
+  if mode == "original" and jax.process_count() > 1:
+    raise ValueError(
+        f"{str(root)!r} mixes tensor dtypes {sorted(dtypes)}: Tunix's fast"
+        " loader misreads such files and its per-tensor loader cannot place"
+        " weights across processes. Re-save the checkpoint in one dtype."
+    )
+  return mode
+
+
 def load_hf_qwen3(
     path: str | os.PathLike[str],
     *,
@@ -469,30 +502,7 @@ def load_hf_qwen3(
         np.array(jax.local_devices()[:1]).reshape(1, 1), ("fsdp", "tp")
     )
 
-  headers = {}
-  for f in weight_files:
-    headers.update(_read_safetensors_header(f))
-  # Tunix's loader reports a missing tensor as an opaque pytree-structure
-  # error (and leaks the file handles); name the missing tensors instead.
-  missing = [n for n in _expected_hf_names(config) if n not in headers]
-  if missing:
-    raise ValueError(
-        f"{str(root)!r} lacks tensors {missing[:8]}"
-        f"{' ...' if len(missing) > 8 else ''}; is it a dense Qwen3"
-        " checkpoint with Hugging Face parameter names (with lm_head.weight"
-        " when tie_word_embeddings is false)?"
-    )
-  # Tunix's fast loader memory-maps each file as ONE dtype (the first
-  # tensor's), which silently garbles files mixing dtypes; its per-tensor
-  # loader is correct there but puts every tensor on one local device first.
-  dtypes = {v["dtype"] for v in headers.values()}
-  mode = "optimized" if len(dtypes) == 1 else "original"
-  if mode == "original" and jax.process_count() > 1:
-    raise ValueError(
-        f"{str(root)!r} mixes tensor dtypes {sorted(dtypes)}: Tunix's fast"
-        " loader misreads such files and its per-tensor loader cannot place"
-        " weights across processes. Re-save the checkpoint in one dtype."
-    )
+  mode = hf_qwen3_loader_mode(root, config)
 
   from tunix.models.qwen3 import params as qwen3_params  # pylint: disable=g-import-not-at-top
 

@@ -28,8 +28,11 @@ from flax import nnx
 import numpy as np
 import pytest
 
+from tunix_mcjax import tree_paths
 from tunix_mcjax.recipes import models
 from tunix_mcjax.engines.experimental import tpu_inference as ti
+
+pytestmark = [pytest.mark.slow]
 
 P = jax.sharding.PartitionSpec
 TP = 4
@@ -39,7 +42,7 @@ TP = 4
 def devices():
   devs = jax.devices()
   if len(devs) < TP:
-    pytest.fail(f"needs {TP} CPU devices (tests/engines/conftest.py); JAX"
+    pytest.fail(f"needs {TP} CPU devices (tests/conftest.py); JAX"
                 f" was initialised with {len(devs)} before it ran.")
   return devs[:TP]
 
@@ -113,21 +116,21 @@ def _published(config, devices, seed=3):
 
 def _np(flat_tree):
   return {n: np.asarray(x, np.float32)
-          for n, x in ti.flatten_named(flat_tree)[0].items()}
+          for n, x in tree_paths.flat_dotted(flat_tree)[0].items()}
 
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_local_write_values_layout_and_semantics(devices, tied):
   config = _config(tied=tied)
   state = _engine_state(config, devices)
-  old = ti.flatten_named(state)[0]
+  old = tree_paths.flat_dotted(state)[0]
   params = _published(config, devices)
   src = _np(params)
   plan = ti.qwen3_plan(config, tp_size=TP)
 
   new_state = ti.local_write(state, params, plan=plan)
 
-  new = ti.flatten_named(new_state)[0]
+  new = tree_paths.flat_dotted(new_state)[0]
   assert sorted(new) == sorted(old)
   for name, x in new.items():
     assert x.shape == old[name].shape and x.dtype == jnp.bfloat16, name
@@ -180,7 +183,7 @@ def test_one_dispatch_one_compile_and_donation(devices):
   assert writer.num_dispatches == before + 1
   assert writer._fn._cache_size() == 1  # pylint: disable=protected-access
   want = _np(params2)["layers.1.mlp.gate_proj.kernel"]
-  got = ti.flatten_named(state)[0]["model.layers.1.mlp.gate_proj.weight"]
+  got = tree_paths.flat_dotted(state)[0]["model.layers.1.mlp.gate_proj.weight"]
   np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=1e-2,
                              atol=1e-2)
 
@@ -190,7 +193,7 @@ def test_scanned_trainer_layers_are_unstacked_in_the_same_program(
     devices, layer_axis):
   config = _config(num_layers=3)
   per_layer = _published(config, devices)
-  flat = ti.flatten_named(per_layer)[0]
+  flat = tree_paths.flat_dotted(per_layer)[0]
   scanned = {}
   for name, x in flat.items():
     parts = name.split(".")
@@ -210,7 +213,7 @@ def test_scanned_trainer_layers_are_unstacked_in_the_same_program(
       _engine_state(config, devices), _nest(scanned),
       plan=ti.qwen3_plan(config, tp_size=TP, scanned=True,
                          layer_axis=layer_axis))
-  fa, fb = ti.flatten_named(a)[0], ti.flatten_named(b)[0]
+  fa, fb = tree_paths.flat_dotted(a)[0], tree_paths.flat_dotted(b)[0]
   for name in fa:
     np.testing.assert_array_equal(np.asarray(fa[name], np.float32),
                                   np.asarray(fb[name], np.float32), name)
@@ -233,7 +236,7 @@ def test_ndh_q_proj_layout(devices):
   out = ti.local_write(state, params, plan=ti.qwen3_plan(
       config, tp_size=TP, q_proj_layout="NDH"))
   got = np.asarray(
-      ti.flatten_named(out)[0]["model.layers.0.self_attn.q_proj.weight"])
+      tree_paths.flat_dotted(out)[0]["model.layers.0.self_attn.q_proj.weight"])
   want = _np(params)["layers.0.attn.q_proj.w"].transpose(1, 0, 2)
   np.testing.assert_array_equal(got, want)
 
@@ -250,7 +253,7 @@ def test_mismatches_name_the_parameter(devices):
     ti.local_write(other, params, plan=plan, donate=False)
 
   # A trainer tree without one parameter.
-  flat = ti.flatten_named(params)[0]
+  flat = tree_paths.flat_dotted(params)[0]
   del flat["layers.1.attn.v_proj.w"]
   with pytest.raises(ValueError, match=r"layers\.1\.attn\.v_proj\.w"):
     ti.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
@@ -263,7 +266,7 @@ def test_mismatches_name_the_parameter(devices):
                    donate=False)
 
   # An engine parameter the plan does not write would keep stale weights.
-  eng = ti.flatten_named(_engine_state(config, devices))[0]
+  eng = tree_paths.flat_dotted(_engine_state(config, devices))[0]
   eng["model.layers.0.self_attn.extra.weight"] = eng["model.norm.weight"]
   with pytest.raises(ValueError, match=r"self_attn\.extra\.weight"):
     ti.local_write(nnx.State(_nest(eng)), params, plan=plan, donate=False)
@@ -274,3 +277,17 @@ def test_plan_rejects_layouts_that_would_compute_differently():
     ti.qwen3_plan(models.tiny_qwen3_config(head_dim=32))
   with pytest.raises(ValueError, match="query heads"):
     ti.qwen3_plan(_config(), tp_size=8)
+
+
+def test_registry_marks_the_engine_experimental(caplog):
+  from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
+
+  assert ENGINES.get("vllm_tpu") is ti.TpuInferenceEngine
+  assert engines.experimental_engines() == ["vllm_tpu"]
+  assert not engines.NativeEngine.experimental
+  # Constructing it says so first, whatever fails next (no TPU here).
+  with caplog.at_level("WARNING"):
+    with pytest.raises((RuntimeError, ValueError)):
+      ti.TpuInferenceEngine(tokenizer=None)
+  assert "never run on a TPU" in caplog.text

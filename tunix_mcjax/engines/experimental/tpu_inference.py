@@ -16,8 +16,8 @@
 
 Two parts:
 
-1. Pure JAX, tested on CPU (tests/engines/test_tpu_inference.py): a plan
-   mapping the trainer's Qwen3 parameters onto the parameter layout of
+1. Pure JAX, tested on CPU (tests/engines/experimental/): a plan mapping
+   the trainer's Qwen3 parameters onto the parameter layout of
    tpu-inference's flax_nnx Qwen3 (`tpu_inference/models/jax/qwen3.py`,
    read at vllm-project/tpu-inference b8692ff, Aug 2026), and `local_write`,
    which writes a published, host-local parameter tree into an engine state
@@ -34,9 +34,9 @@ Two parts:
    vLLM rollout (`tunix.rl.rollout.vllm_rollout.VllmRollout`) on the host's
    local mesh (in-process engine, local `device_indexes`,
    `MODEL_IMPL_TYPE=flax_nnx`) and installs publications with
-   `local_write`. IT HAS NEVER BEEN RUN: tpu-inference only runs on TPU and
-   cannot be installed next to Tunix 0.1.7 here (see
-   docs/platform-notes.md). Treat it as a reviewed sketch.
+   `local_write`. IT HAS NEVER BEEN RUN (`TpuInferenceEngine.experimental`):
+   tpu-inference only runs on TPU and cannot be installed next to Tunix
+   0.1.7 here. Treat it as a reviewed sketch.
 
 tpu-inference Qwen3 state (names as in `model_runner.state`; N/K/H padded as
 `tpu_inference.utils.get_padded_num_heads` / `get_padded_head_dim` say,
@@ -73,9 +73,10 @@ import jax.numpy as jnp
 import jaxtyping
 import numpy as np
 
+from tunix_mcjax import tree_paths
+from tunix_mcjax.compat import vllm_rollout as compat_vllm_rollout
 from tunix_mcjax.engines import base
-from tunix_mcjax.engines import native
-from tunix_mcjax.engines import vllm_mapping
+from tunix_mcjax.engines import qwen3_hf
 
 Mesh = jax.sharding.Mesh
 NamedSharding = jax.sharding.NamedSharding
@@ -266,34 +267,6 @@ def qwen3_plan(
   return tuple(plan)
 
 
-def _key_name(k: Any) -> Any:
-  for attr in ("key", "idx", "name"):
-    if hasattr(k, attr):
-      return getattr(k, attr)
-  return str(k)
-
-
-def flatten_named(tree: Any) -> tuple[dict[str, Any], Any, list[str]]:
-  """Leaves of a (nnx.State / dict) tree by dotted name, plus its treedef.
-
-  The trailing `.value` of nnx Variables is dropped: "layers.0.attn.q_proj.w".
-
-  Returns:
-    (name -> leaf, treedef, names in leaf order).
-  """
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
-  names = []
-  for path, _ in leaves:
-    parts = [_key_name(k) for k in path]
-    if parts and parts[-1] in ("value", "raw_value"):
-      parts = parts[:-1]
-    names.append(".".join(str(p) for p in parts))
-  if len(set(names)) != len(names):
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    raise ValueError(f"Parameter names are not unique: {dupes[:5]}.")
-  return {n: x for n, (_, x) in zip(names, leaves)}, treedef, names
-
-
 def _signature(flat: Mapping[str, Any]) -> tuple[Any, ...]:
   return tuple(
       (n, tuple(x.shape), str(x.dtype), getattr(x, "sharding", None))
@@ -432,8 +405,8 @@ def local_write(
     ValueError: naming the offending parameter on any name or shape
       mismatch (before anything is written).
   """
-  dst, treedef, _ = flatten_named(engine_state)
-  src, _, _ = flatten_named(new_params)
+  dst, treedef, _ = tree_paths.flat_dotted(engine_state)
+  src, _, _ = tree_paths.flat_dotted(new_params)
   plan = tuple(plan)
   key = (plan, _signature(src), _signature(dst), donate)
   with _WRITERS_LOCK:
@@ -478,6 +451,8 @@ class TpuInferenceOptions:
 class TpuInferenceEngine(base.Engine):
   """Tunix's vLLM rollout (tpu-inference) on this host, fed by `local_write`.
 
+  Experimental (`experimental = True`; it logs a warning when constructed).
+
   NOT RUN ANYWHERE: written against Tunix 0.1.7's `VllmRollout` and
   tpu-inference's Aug-2026 main, but tpu-inference only runs on TPU and no
   TPU was available; only the pure-JAX part above is tested (on CPU).
@@ -487,8 +462,11 @@ class TpuInferenceEngine(base.Engine):
   `TPU_MULTIHOST_BACKEND` unset, and Tunix's vLLM config built on
   `engine_mesh` (this host's devices), so its `device_indexes` are local.
   tpu-inference has no per-request seeds, so sampling here is not
-  placement-invariant (Tunix passes one seed for all rows).
+  placement-invariant (Tunix passes one seed for all rows); the context's
+  `row_ids` and `reshard_on_update` are not used.
   """
+
+  experimental = True
 
   def __init__(
       self,
@@ -497,20 +475,22 @@ class TpuInferenceEngine(base.Engine):
       tokenizer: Any,
       mesh: Mesh | None = None,
       rollout_config: Any = None,
-      engine_mesh: Mesh | None = None,
-      row_ids: base.RowIdSource | None = None,
-      seed: int | None = None,
-      initial_model: nnx.Module | None = None,
-      reshard_on_update: bool = False,
+      context: base.EngineContext | None = None,
       options: TpuInferenceOptions | None = None,
   ):
-    del row_ids, reshard_on_update  # See the class docstring.
+    logging.warning("TpuInferenceEngine ('vllm_tpu') is experimental: it has"
+                    " never run on a TPU.")
+    # row_ids and reshard_on_update do not apply: see the class docstring.
+    context = context or base.EngineContext()
+    if context.source_mapping is not None:
+      raise NotImplementedError(
+          "TpuInferenceEngine does not apply a source_mapping."
+      )
     self._options = options or TpuInferenceOptions()
     if rollout_config is None:
       raise ValueError("TpuInferenceEngine needs rollout_config.")
     engine_mesh, source = base.engine_mesh_and_source(
-        "TpuInferenceEngine", mesh=mesh, engine_mesh=engine_mesh,
-        rollout_actor=rollout_actor, initial_model=initial_model)
+        "TpuInferenceEngine", context, mesh=mesh, rollout_actor=rollout_actor)
     if jax.default_backend() != "tpu":
       raise RuntimeError(
           "The 'vllm_tpu' engine runs tpu-inference, which needs TPUs (this"
@@ -535,7 +515,7 @@ class TpuInferenceEngine(base.Engine):
       self._tmpdir = tempfile.TemporaryDirectory(prefix="tunix_mcjax_tpu_")
       config_dir = self._tmpdir.name
     eos = rollout_config.eos_tokens or None
-    vllm_mapping.write_hf_config_dir(config_dir, vllm_mapping.qwen3_hf_config(
+    qwen3_hf.write_hf_config_dir(config_dir, qwen3_hf.qwen3_hf_config(
         config, bos_id=None, eos_id=eos, pad_id=None,
         max_position_embeddings=base.default_cache_size(rollout_config),
         torch_dtype=np.dtype(
@@ -543,7 +523,7 @@ class TpuInferenceEngine(base.Engine):
     ))
     cfg = dataclasses.replace(
         rollout_config,
-        seed=rollout_config.seed if seed is None else seed,
+        seed=rollout_config.seed if context.seed is None else context.seed,
         rollout_vllm_model_version=config_dir,
         rollout_vllm_init_with_random_weights=True,
         rollout_vllm_hbm_utilization=self._options.hbm_utilization,
@@ -554,7 +534,7 @@ class TpuInferenceEngine(base.Engine):
             "skip_tokenizer_init": True,
         },
     )
-    with native.use_mesh(engine_mesh):
+    with base.use_mesh(engine_mesh):
       # Tunix's VllmRollout installs the first weights with its own
       # (per-layer) transfer; later publications go through local_write.
       self._rollout = vllm_rollout.VllmRollout(
@@ -567,22 +547,13 @@ class TpuInferenceEngine(base.Engine):
                                        sharding=self._replicated),
         nnx.state(source, nnx.Param),
     )
-    logging.warning("TpuInferenceEngine has never been run (no TPU was"
-                    " available when it was written).")
 
   @property
   def engine_mesh(self) -> Mesh:
     return self._engine_mesh
 
-  def param_shardings(self) -> Any:
-    return jax.tree.map(lambda s: s.sharding, self._target)
-
   def publication_target(self) -> Any:
     return self._target
-
-  @property
-  def _sampler(self) -> Any:
-    return self._rollout._sampler  # pylint: disable=protected-access
 
   def update_params(
       self,
@@ -590,9 +561,8 @@ class TpuInferenceEngine(base.Engine):
       filter_types: tuple[Any, ...] | None = None,
   ) -> None:
     del filter_types
-    sampler = self._sampler
-    llm = sampler.llm
-    runner = sampler._model_runner  # pylint: disable=protected-access
+    llm = compat_vllm_rollout.vllm_sampler(self._rollout).llm
+    runner = compat_vllm_rollout.model_runner(self._rollout)
     llm.reset_prefix_cache()
     if not self._options.keep_kv_cache:
       llm.collective_rpc("delete_kv_cache")
@@ -641,7 +611,6 @@ __all__ = [
     "TargetParam",
     "TpuInferenceEngine",
     "TpuInferenceOptions",
-    "flatten_named",
     "local_write",
     "qwen3_plan",
 ]

@@ -28,7 +28,7 @@ import pytest
 from tunix.models.qwen3 import params as qwen3_params
 
 from tunix_mcjax.recipes import models
-from tunix_mcjax.engines import vllm_mapping
+from tunix_mcjax.engines import qwen3_hf
 
 
 def _flat(model):
@@ -73,7 +73,7 @@ def test_roundtrip_through_tunix_loader(tied):
   config = models.tiny_qwen3_config(use_tied_embedding=tied, head_dim=32,
                                     num_layers=2)
   flat = _flat(models.create_tiny_model(config, seed=1))
-  hf = vllm_mapping.numpy_reference_convert(config, flat)
+  hf = qwen3_hf.numpy_reference_convert(config, flat)
   assert ("lm_head.weight" in hf) == (not tied)
   assert len(hf) == len(flat)
   back = _tunix_load(config, hf)
@@ -84,7 +84,7 @@ def test_roundtrip_through_tunix_loader(tied):
 
 def test_hf_shapes():
   config = models.tiny_qwen3_config(use_tied_embedding=False, head_dim=32)
-  tensors = {t.hf_name: t for t in vllm_mapping.qwen3_hf_tensors(config)}
+  tensors = {t.hf_name: t for t in qwen3_hf.qwen3_hf_tensors(config)}
   d, n, k, h = config.embed_dim, config.num_heads, config.num_kv_heads, 32
   assert tensors["model.layers.0.self_attn.q_proj.weight"].hf_shape == (
       n * h, d)
@@ -105,7 +105,7 @@ def test_hf_shapes():
 
 def test_errors_name_the_parameter():
   config = models.tiny_qwen3_config(head_dim=32)
-  mapping = vllm_mapping.Qwen3ToHf(config)
+  mapping = qwen3_hf.TunixQwen3ToHf(config)
   flat = _flat(models.create_tiny_model(config, seed=0))
 
   bad = dict(flat)
@@ -118,6 +118,9 @@ def test_errors_name_the_parameter():
   with pytest.raises(ValueError, match=r"layers\.0\.mlp\.up_proj\.kernel"):
     mapping.check(missing)
   mapping.check(missing, subset=True)  # Subsets are fine when asked for.
+  with pytest.raises(ValueError, match=r"layers\.0\.mlp\.up_proj\.kernel"):
+    mapping.convert(missing)  # convert checks unless told it was checked.
+  assert len(mapping.convert(missing, checked=True)) == len(flat) - 1
 
   extra = dict(flat)
   extra[("lm_head", "w")] = np.zeros((64, 16))  # The model ties embeddings.
@@ -127,7 +130,7 @@ def test_errors_name_the_parameter():
 
 def test_complete_modules():
   config = models.tiny_qwen3_config(head_dim=32, num_layers=1)
-  mapping = vllm_mapping.Qwen3ToHf(config)
+  mapping = qwen3_hf.TunixQwen3ToHf(config)
   q = ("layers", 0, "attn", "q_proj", "w")
   k = ("layers", 0, "attn", "k_proj", "w")
   v = ("layers", 0, "attn", "v_proj", "w")
@@ -138,10 +141,10 @@ def test_complete_modules():
 
 def test_hf_config(tmp_path):
   config = models.tiny_qwen3_config(head_dim=32, rope_theta=10_000)
-  hf = vllm_mapping.qwen3_hf_config(
+  hf = qwen3_hf.qwen3_hf_config(
       config, bos_id=1, eos_id=2, pad_id=0, max_position_embeddings=40,
       torch_dtype="float32")
-  root = vllm_mapping.write_hf_config_dir(tmp_path / "cfg", hf)
+  root = qwen3_hf.write_hf_config_dir(tmp_path / "cfg", hf)
   back = json.loads((root / "config.json").read_text())
   assert back["model_type"] == "qwen3"
   assert back["head_dim"] == 32 and back["hidden_size"] == config.embed_dim

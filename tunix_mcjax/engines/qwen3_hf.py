@@ -12,12 +12,14 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Tunix Qwen3 parameters <-> Hugging Face (vLLM) checkpoint names and layouts.
+"""Tunix Qwen3 parameters <-> Hugging Face checkpoint names and layouts.
 
-Pure Python/NumPy: importable without vLLM or PyTorch. The conversions are
-views (reshape + transpose), written so that they work unchanged on NumPy
-arrays and on PyTorch tensors: vLLM's weight loaders copy from them into the
-engine's own storage, so publication makes no extra copy here.
+Used wherever a Tunix Qwen3 meets the Hugging Face layout: the vLLM engines
+(weights and config.json) and checkpoint loading (`recipes.models`).
+Importable without vLLM or PyTorch. The conversions are views (reshape +
+transpose), written so that they work unchanged on NumPy arrays and on
+PyTorch tensors: vLLM's weight loaders copy from them into the engine's own
+storage, so publication makes no extra copy here.
 
 Layouts, Tunix [shape] -> HF (prefix "model.", per layer "model.layers.i."):
 
@@ -47,21 +49,19 @@ from typing import Any
 
 import numpy as np
 
+from tunix_mcjax import tree_paths
+
 # A parameter's path in `nnx.state(model, nnx.Param)` without the trailing
 # `.value`, e.g. ("layers", 0, "attn", "q_proj", "w").
-ParamPath = tuple[Any, ...]
+ParamPath = tree_paths.ParamPath
 
 _KINDS = ("copy", "transpose", "in_proj", "out_proj")
 
 # Tunix 0.1.7's Qwen3 hardcodes RoPE theta 1e6 in `apply_rope` and ignores
-# `ModelConfig.rope_theta` (see models.TUNIX_QWEN3_ROPE_THETA); the engine
-# must compute what the trainer computes, so this is what config.json says.
+# `ModelConfig.rope_theta`: engines must compute what the trainer computes
+# (so this is what config.json says), and checkpoints trained with another
+# theta are refused (`recipes.models`).
 TUNIX_QWEN3_ROPE_THETA = 1_000_000
-
-
-def path_name(path: ParamPath) -> str:
-  """'layers.0.attn.q_proj.w': a parameter path as one readable string."""
-  return ".".join(str(p) for p in path)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -205,12 +205,25 @@ def qwen3_hf_tensors(config: Any) -> tuple[HfTensor, ...]:
   return tuple(out)
 
 
-class Qwen3ToHf:
-  """Checks and converts a flat Tunix Qwen3 parameter dict to HF tensors."""
+class TunixQwen3ToHf:
+  """Checks and converts a flat Tunix Qwen3 parameter dict to HF tensors.
+
+  Everything that depends only on the config (the tensors, their sources,
+  the grouping into vLLM modules) is computed once here, not per update.
+  """
 
   def __init__(self, config: Any):
     self._tensors = qwen3_hf_tensors(config)
     self._by_src = {t.src: t for t in self._tensors}
+    modules: dict[str, list[ParamPath]] = {}
+    for t in self._tensors:
+      modules.setdefault(t.vllm_module, []).append(t.src)
+    self._module_groups = tuple(tuple(g) for g in modules.values())
+
+  @property
+  def tensors(self) -> tuple[HfTensor, ...]:
+    """The HF tensors, in `qwen3_hf_tensors` order."""
+    return self._tensors
 
   def check(self, flat: Mapping[ParamPath, Any], *, subset: bool = False
             ) -> None:
@@ -221,7 +234,9 @@ class Qwen3ToHf:
         jax.ShapeDtypeStruct).
       subset: `flat` may hold only some of the parameters.
     """
-    unexpected = sorted(path_name(p) for p in flat if p not in self._by_src)
+    unexpected = sorted(
+        tree_paths.dotted(p) for p in flat if p not in self._by_src
+    )
     if unexpected:
       raise ValueError(
           f"Parameter {unexpected[0]!r} has no place in the vLLM Qwen3 model"
@@ -231,7 +246,7 @@ class Qwen3ToHf:
     missing = [t for t in self._tensors if t.src not in flat]
     if missing and not subset:
       raise ValueError(
-          f"Parameter {path_name(missing[0].src)!r} (vLLM"
+          f"Parameter {tree_paths.dotted(missing[0].src)!r} (vLLM"
           f" {missing[0].hf_name!r}) is missing ({len(missing)} missing in"
           " all); vLLM needs every tensor in each publication."
       )
@@ -241,27 +256,34 @@ class Qwen3ToHf:
       shape = tuple(flat[t.src].shape)
       if shape != t.src_shape:
         raise ValueError(
-            f"Parameter {path_name(t.src)!r} (vLLM {t.hf_name!r}) has shape"
+            f"Parameter {tree_paths.dotted(t.src)!r} (vLLM {t.hf_name!r})"
+            " has shape"
             f" {shape}; the engine's model config needs {t.src_shape}."
         )
 
-  def convert(self, flat: Mapping[ParamPath, Any], *, subset: bool = False
-              ) -> list[tuple[str, Any]]:
-    """[(hf_name, view in HF layout)], in `tensors` order; checks first."""
-    self.check(flat, subset=subset)
+  def convert(self, flat: Mapping[ParamPath, Any], *, subset: bool = False,
+              checked: bool = False) -> list[tuple[str, Any]]:
+    """[(hf_name, view in HF layout)], in `tensors` order.
+
+    Args:
+      flat: parameter path -> array or tensor.
+      subset: `flat` may hold only some of the parameters.
+      checked: the caller has already checked `flat` against this mapping's
+        names and shapes (e.g. an engine whose expected layout came from
+        `check`); otherwise `check` runs first.
+    """
+    if not checked:
+      self.check(flat, subset=subset)
     return [(t.hf_name, t.apply(flat[t.src])) for t in self._tensors
             if t.src in flat]
 
   def complete_modules(self, paths: Any) -> list[ParamPath]:
     """The paths among `paths` whose whole vLLM module is in `paths`."""
     have = set(paths)
-    modules: dict[str, list[HfTensor]] = {}
-    for t in self._tensors:
-      modules.setdefault(t.vllm_module, []).append(t)
     ready = []
-    for group in modules.values():
-      if all(t.src in have for t in group):
-        ready.extend(t.src for t in group)
+    for group in self._module_groups:
+      if all(src in have for src in group):
+        ready.extend(group)
     return ready
 
 
@@ -358,5 +380,5 @@ def numpy_reference_convert(
   """HF tensors as contiguous NumPy arrays (tests and debugging)."""
   return {
       name: np.ascontiguousarray(x)
-      for name, x in Qwen3ToHf(config).convert(flat)
+      for name, x in TunixQwen3ToHf(config).convert(flat)
   }

@@ -1,0 +1,74 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tunix's batched GRPO dataset, dealt to the hosts in full global batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from absl import logging
+
+
+def full_batches(
+    batches: Iterable[Mapping[str, Any]], batch_size: int
+) -> Iterator[Mapping[str, Any]]:
+  """The batches holding exactly `batch_size` prompts, in order.
+
+  Tunix batches without dropping the remainder, so the last batch of the
+  stream may be short; a short batch cannot be split evenly over hosts (and
+  unequal steps would hang a collective), so it is skipped.
+
+  Args:
+    batches: Tunix's batched dataset.
+    batch_size: The global batch size.
+
+  Yields:
+    The full batches.
+  """
+  for batch in batches:
+    n = len(batch["prompts"])
+    if n == batch_size:
+      yield batch
+    else:
+      logging.warning(
+          "Dropping a final partial batch of %d prompts (batch_size=%d): every"
+          " host must run the same number of equal steps.",
+          n,
+          batch_size,
+      )
+
+
+class DealtDataset(Iterable[dict[str, Any]]):
+  """Tunix's batched dataset, dealt to hosts when the learner iterates it.
+
+  Built where Tunix builds its dataset (before the cluster exists); the
+  cluster that deals the prompts is looked up on iteration, which the learner
+  does after the cluster is created.
+  """
+
+  def __init__(
+      self,
+      batches: Iterable[Mapping[str, Any]],
+      *,
+      batch_size: int,
+      deal: Callable[[Iterable[Mapping[str, Any]]], Iterable[dict[str, Any]]],
+  ):
+    self._batches = batches
+    self._batch_size = batch_size
+    self._deal = deal
+
+  def __iter__(self) -> Iterator[dict[str, Any]]:
+    return iter(self._deal(full_batches(self._batches, self._batch_size)))

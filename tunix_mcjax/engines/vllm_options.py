@@ -1,0 +1,146 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Options of the vLLM engine, and the process set-up it needs.
+
+`VllmEngineOptions` is what a user sets beyond Tunix's rollout config;
+`import_vllm` sets the environment variables an in-process vLLM engine
+needs on these machines (before vLLM reads them at import) and imports
+vLLM and PyTorch, with a message naming the environment that has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from absl import logging
+
+TRANSFERS = ("dlpack", "host")
+DTYPES = ("float32", "bfloat16", "float16")
+
+# vLLM only supports in-process weight reloads: in multiprocess mode tensors
+# passed through collective_rpc fail to pickle (docs/platform-notes.md,
+# "vLLM on CPU").
+_REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# Defaults a user may override from the environment.
+_DEFAULT_ENV = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    # vLLM logs a warm-up traceback (it renders a chat template without a
+    # tokenizer) and per-request INFO lines; keep the console to errors.
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "VLLM_CONFIGURE_LOGGING": "1",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VllmEngineOptions:
+  """Options of `VllmEngine` beyond Tunix's rollout config.
+
+  Attributes:
+    dtype: vLLM compute and staging dtype ("float32", "bfloat16",
+      "float16"). None: `RolloutConfig.data_type` if set, else the policy's
+      parameter dtype.
+    keep_kv_cache: keep the KV-cache memory allocated across publications
+      (see the module docstring); False needs vLLM sleep mode (GPU).
+    enable_prefix_caching: share the KV of a prompt between its G samples.
+      The prefix cache is reset after every publication either way.
+    forbid_pad_token: never sample the pad id (unless it is a stop token).
+      Tunix's learner and trainer treat a pad id inside a completion as
+      padding (masked out of attention and loss), whereas vLLM attends to
+      it; forbidding it keeps the sampled sequence exactly the one the
+      trainer scores. The native engine has no such option; its sampler
+      masks generated pad ids out of attention instead.
+    transfer: "dlpack" (zero-copy JAX -> torch on the same device) or "host"
+      (copy through NumPy; for setups where JAX and torch devices differ).
+    max_model_len: longest prompt + completion; None: from the rollout
+      config (its kv_cache_size, or max_prompt_length +
+      max_tokens_to_generate if larger).
+    max_num_seqs: vLLM's maximum number of concurrent sequences.
+    gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only;
+      the trainer shares the device).
+    cpu_kv_cache_space_gib: KV-cache size on CPU (sets
+      VLLM_CPU_KVCACHE_SPACE unless already set).
+    config_dir: where to write config.json; None: a temporary directory
+      removed when the engine is closed.
+    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours).
+  """
+
+  dtype: str | None = None
+  keep_kv_cache: bool = True
+  enable_prefix_caching: bool = True
+  forbid_pad_token: bool = True
+  transfer: str = "dlpack"
+  max_model_len: int | None = None
+  max_num_seqs: int = 256
+  gpu_memory_utilization: float = 0.3
+  cpu_kv_cache_space_gib: int = 1
+  config_dir: str | None = None
+  engine_kwargs: tuple[tuple[str, Any], ...] = ()
+
+  def __post_init__(self):
+    if self.dtype is not None and self.dtype not in DTYPES:
+      raise ValueError(f"dtype must be one of {DTYPES} or None; got"
+                       f" {self.dtype!r}.")
+    if self.transfer not in TRANSFERS:
+      raise ValueError(f"transfer must be one of {TRANSFERS}; got"
+                       f" {self.transfer!r}.")
+    if self.max_model_len is not None and self.max_model_len < 2:
+      raise ValueError(f"max_model_len must be >= 2; got {self.max_model_len}.")
+    if self.max_num_seqs < 1:
+      raise ValueError(f"max_num_seqs must be >= 1; got {self.max_num_seqs}.")
+    if not 0.0 < self.gpu_memory_utilization <= 1.0:
+      raise ValueError("gpu_memory_utilization must be in (0, 1]; got"
+                       f" {self.gpu_memory_utilization}.")
+    if self.cpu_kv_cache_space_gib < 1:
+      raise ValueError("cpu_kv_cache_space_gib must be >= 1; got"
+                       f" {self.cpu_kv_cache_space_gib}.")
+    if isinstance(self.engine_kwargs, dict):
+      # Accept a dict for convenience; store it hashable (frozen dataclass).
+      object.__setattr__(self, "engine_kwargs",
+                         tuple(sorted(self.engine_kwargs.items())))
+    for item in self.engine_kwargs:
+      if not (isinstance(item, tuple) and len(item) == 2
+              and isinstance(item[0], str)):
+        raise ValueError("engine_kwargs must be a dict or (name, value)"
+                         f" pairs; got {item!r}.")
+
+
+def import_vllm() -> Any:
+  """Sets the process environment vLLM needs here, then imports it.
+
+  Returns:
+    (vllm, torch), the modules.
+  """
+  for name, value in _REQUIRED_ENV.items():
+    if os.environ.get(name, value) != value:
+      logging.warning("VllmEngine sets %s=%s (was %s): weight reloads need an"
+                      " in-process engine.", name, value, os.environ[name])
+    os.environ[name] = value
+  for name, value in _DEFAULT_ENV.items():
+    os.environ.setdefault(name, value)
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    import vllm  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        "The 'vllm' engine needs vLLM and PyTorch, which the main environment"
+        " does not have (vLLM's CPU build needs Python 3.11). Use the vLLM"
+        " environment: `make venv-vllm`, then run with .venv-vllm/bin/python"
+        f" (see docs/environments.md). Import error: {e}"
+    ) from e
+  return vllm, torch

@@ -1,0 +1,586 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Per-step telemetry: one step record, measured on either backend.
+
+Every host times its step with a `StepClock`: its phases (`PHASES`), its
+host overheads (metrics export, garbage collection), its decode iterations,
+and how long it spent in each cross-host call (`CROSS_HOST_POINTS`). The
+`reward` phase is time inside the reward functions (`timed_reward_fns`);
+`learner_host` is the rest of the learner's host work between the timed
+calls (advantages, batching, Tunix's metric buffering), so the phases and
+host overheads add up to the step.
+
+Since every host runs the same program in a cross-host call, the host that
+spent the least time in it arrived last; another host's excess over that
+minimum is the time it waited for the slowest host (no clocks are compared
+across hosts). `build_record` turns every host's numbers (one row each, as
+`StepClock.host_numbers` lays them out) into the one `StepRecord` schema:
+the slowest host's phases (the one with the most time not spent waiting),
+the longest wait at each cross-host point, and the step totals.
+
+The mcjax cluster gathers the rows with one tiny all-gather per step
+(`StepTelemetry`); Tunix's stock cluster is one host, recorded by
+`telemetry.stock.StockClusterRecorder`. `RecordSink` prints, writes (JSONL) and logs the
+records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import numpy as np
+
+from tunix_mcjax import host_optimizations
+from tunix_mcjax.compat import metric_keys
+
+# Phases of a step, in the learner's order. `learner_host` is whatever the
+# other phases and the host overheads leave of the step.
+PHASES = ("admission", "generate", "logps", "reward", "learner_host", "train",
+          "publish")
+LEFTOVER_PHASE = "learner_host"
+# Cross-host points of a step (global programs every host joins).
+CROSS_HOST_POINTS = ("logps", "train", "publish")
+# Host work outside the phases: exporting the previous step's metrics, and
+# the end-of-step garbage collection.
+HOST_OVERHEADS = ("metrics_export", "gc")
+# One host's numbers of a step, in this order (`StepClock.host_numbers`).
+HOST_FIELDS = (
+    "reward_mean",
+    "len_mean",
+    "step_s",
+    *(f"phase/{p}" for p in PHASES),
+    *(f"in_xhost/{p}" for p in CROSS_HOST_POINTS),
+    *(f"overhead/{o}" for o in HOST_OVERHEADS),
+    "gen_rows",
+    "gen_tokens",
+    "gen_max_len",
+    "gen_truncated",
+    "decode_iterations",
+    "prompt_tokens",
+    "publish_calls",
+    "gc_explicit",
+    "gc_skipped",
+    "gc_frozen",
+    "gc_full_collections",
+)
+_F = {name: i for i, name in enumerate(HOST_FIELDS)}
+_GEN_KEYS = ("rows", "tokens", "max_len", "truncated", "decode_iterations")
+
+
+def generation_stats(
+    output: Any, *, micro_batch_size: int | None, max_tokens: int
+) -> dict[str, int]:
+  """Row, token, truncation and decode-iteration counts of one generate call.
+
+  The engines' decode loops stop when every row of a call is done, so a call
+  runs as many decode iterations as its longest completion; with
+  micro-batching, each micro-batch is one call.
+
+  Args:
+    output: a `RolloutOutput` (its `tokens`: one token sequence per row).
+    micro_batch_size: the micro-batch the cluster generated with, or None.
+    max_tokens: the completion budget; a row that used all of it counts as
+      truncated.
+
+  Returns:
+    {"rows", "tokens", "max_len", "truncated", "decode_iterations"}.
+  """
+  lens = [len(t) for t in output.tokens]
+  step = micro_batch_size or max(len(lens), 1)
+  return {
+      "rows": len(lens),
+      "tokens": int(sum(lens)),
+      "max_len": int(max(lens, default=0)),
+      "truncated": int(sum(n >= max_tokens for n in lens)),
+      "decode_iterations": int(sum(
+          max(lens[i:i + step], default=0) for i in range(0, len(lens), step)
+      )),
+  }
+
+
+def _gc_counts(policy: host_optimizations.GcPolicy | None) -> tuple[int, ...]:
+  explicit = policy.explicit_collects if policy is not None else 0
+  skipped = policy.skipped_collects if policy is not None else 0
+  return explicit, skipped, host_optimizations.full_collections()
+
+
+class StepClock:
+  """One host's timers and counters of the current step.
+
+  Reset in place at each step start, so that wrappers holding the clock
+  (`timed`, `timed_reward_fns`) keep timing into the current step.
+  """
+
+  def __init__(self, gc_policy: host_optimizations.GcPolicy | None = None):
+    self._gc_policy = gc_policy
+    self.reset(time.perf_counter())
+
+  def reset(self, now: float, carried_export_s: float = 0.0) -> None:
+    """Starts the next step at `now`.
+
+    Args:
+      now: when the step began (the previous step's end, so that steps tile
+        the timeline).
+      carried_export_s: time since `now` already spent exporting the previous
+        step's metrics: host work of this step.
+    """
+    self.start = now
+    self.phases = {p: 0.0 for p in PHASES}
+    self.in_cross_host = {p: 0.0 for p in CROSS_HOST_POINTS}
+    self.overhead = {o: 0.0 for o in HOST_OVERHEADS}
+    self.overhead["metrics_export"] = carried_export_s
+    self.gen = {k: 0 for k in _GEN_KEYS}
+    self.publish_calls = 0
+    self.reward_means: list[float] = []
+    self.len_means: list[float] = []
+    self._gc_at_start = _gc_counts(self._gc_policy)
+
+  @contextlib.contextmanager
+  def phase(self, name: str, cross_host: str | None = None) -> Iterator[None]:
+    """Times a phase; `cross_host` also names the cross-host call inside."""
+    t0 = time.perf_counter()
+    try:
+      yield
+    finally:
+      dt = time.perf_counter() - t0
+      self.phases[name] += dt
+      if cross_host is not None:
+        self.in_cross_host[cross_host] += dt
+
+  def timed(self, fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
+    """`fn`, timed into `phase`; same result, name and signature."""
+
+    @functools.wraps(fn)
+    def timed_fn(*args, **kwargs):
+      with self.phase(phase):
+        return fn(*args, **kwargs)
+
+    return timed_fn
+
+  def add_generation(self, stats: Mapping[str, int]) -> None:
+    for k in ("rows", "tokens", "truncated", "decode_iterations"):
+      self.gen[k] += stats[k]
+    self.gen["max_len"] = max(self.gen["max_len"], stats["max_len"])
+
+  def add_learner_metrics(self, metrics: Mapping[str, Any]) -> None:
+    """Reads the mean reward and completion length a learner buffers."""
+    for key, into in ((metric_keys.REWARD_MEAN, self.reward_means),
+                      (metric_keys.COMPLETION_LEN_MEAN, self.len_means)):
+      if key in metrics:
+        into.append(float(np.mean(metrics[key][0])))
+
+  def finish(self, now: float, admission_s: float) -> float:
+    """Ends the step at `now`; fills in admission and the leftover phase.
+
+    Returns:
+      The step's time.
+    """
+    self.phases["admission"] = admission_s
+    step_s = now - self.start
+    accounted = sum(v for k, v in self.phases.items() if k != LEFTOVER_PHASE)
+    accounted += sum(self.overhead.values())
+    self.phases[LEFTOVER_PHASE] = max(0.0, step_s - accounted)
+    return step_s
+
+  def host_numbers(self, step_s: float, prompt_tokens: int) -> np.ndarray:
+    """This host's numbers of the step, laid out as `HOST_FIELDS`."""
+    explicit0, skipped0, full0 = self._gc_at_start
+    explicit, skipped, full = _gc_counts(self._gc_policy)
+    frozen = self._gc_policy is not None and self._gc_policy.frozen
+    values = {
+        "reward_mean": (
+            np.mean(self.reward_means) if self.reward_means else np.nan
+        ),
+        "len_mean": np.mean(self.len_means) if self.len_means else np.nan,
+        "step_s": step_s,
+        **{f"phase/{p}": self.phases[p] for p in PHASES},
+        **{f"in_xhost/{p}": self.in_cross_host[p] for p in CROSS_HOST_POINTS},
+        **{f"overhead/{o}": self.overhead[o] for o in HOST_OVERHEADS},
+        "gen_rows": self.gen["rows"],
+        "gen_tokens": self.gen["tokens"],
+        "gen_max_len": self.gen["max_len"],
+        "gen_truncated": self.gen["truncated"],
+        "decode_iterations": self.gen["decode_iterations"],
+        "prompt_tokens": prompt_tokens,
+        "publish_calls": self.publish_calls,
+        "gc_explicit": explicit - explicit0,
+        "gc_skipped": skipped - skipped0,
+        "gc_frozen": float(frozen),
+        "gc_full_collections": full - full0,
+    }
+    # float32: what the mcjax gather carries; ample for seconds and counts.
+    return np.array([values[f] for f in HOST_FIELDS], dtype=np.float32)
+
+
+def timed_reward_fns(reward_fns: Any, clock: StepClock) -> list[Any]:
+  """The learner's reward functions, each timed into the `reward` phase.
+
+  Each wrapper returns exactly what its function returns and carries its
+  name and signature (Tunix reads both: `inspect.signature` to pass config
+  values, `__name__` for metric names).
+  """
+  fns = reward_fns if isinstance(reward_fns, (list, tuple)) else [reward_fns]
+  return [clock.timed(fn, "reward") for fn in fns]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepMeta:
+  """What a step record says beyond the hosts' numbers."""
+
+  step: int
+  backend: str
+  loss: float | None
+  grad_norm: float | None
+  prompts_digest: str | None
+  publish_bytes: int | None
+  optimizations: dict[str, bool] | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepRecord:
+  """One learner step; `as_dict()` is the JSONL object.
+
+  Attributes:
+    step: the step number (1-based).
+    backend: "mcjax" or "tunix".
+    num_hosts: hosts (processes) of the job.
+    reward_mean: mean reward over every scored row.
+    completion_len_mean: mean completion length (tokens).
+    completion_len_max: longest completion.
+    completion_tokens: completion tokens over all hosts.
+    truncated_share: share of rows that used the whole completion budget.
+    loss: the learner's loss of the step.
+    grad_norm: its gradient norm.
+    step_time_s: the slowest host's step time.
+    phases: the slowest host's phases (`PHASES`); with `host_overhead` they
+      add up to `step_time_s`.
+    host_overhead: the slowest host's `HOST_OVERHEADS`.
+    slowest_host: the host with the most time not spent waiting.
+    straggler_wait: the longest wait of any host at each cross-host point,
+      and the longest total.
+    decode_iterations: most decode iterations of any host.
+    decode_iter_s: generation time / decode iterations (prefill and
+      tokenization included), slowest host.
+    host_prompt_tokens: each host's admitted prompt tokens (-1: unknown).
+    prompts_digest: fingerprint of the global batch's prompts.
+    publish_bytes: bytes the step's publication moved (None: not measured).
+    publish_calls: engine update calls of the step.
+    gc: garbage-collection counts of the step.
+    optimizations: the mcjax host-side optimizations (None: stock cluster).
+    exported_on: the thread the record was built on.
+  """
+
+  step: int
+  backend: str
+  num_hosts: int
+  reward_mean: float | None
+  completion_len_mean: float | None
+  completion_len_max: int
+  completion_tokens: int
+  truncated_share: float | None
+  loss: float | None
+  grad_norm: float | None
+  step_time_s: float
+  phases: dict[str, float]
+  host_overhead: dict[str, float]
+  slowest_host: int
+  straggler_wait: dict[str, float]
+  decode_iterations: int
+  decode_iter_s: float | None
+  host_prompt_tokens: list[int]
+  prompts_digest: str | None
+  publish_bytes: int | None
+  publish_calls: int
+  gc: dict[str, Any]
+  optimizations: dict[str, bool] | None
+  exported_on: str
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def _mean_or_none(x: np.ndarray) -> float | None:
+  x = x[np.isfinite(x)]
+  # Every host scores the same number of rows, so the global mean is the
+  # mean of host means.
+  return float(x.mean()) if x.size else None
+
+
+def build_record(
+    everyone: np.ndarray, meta: StepMeta, *, exported_on: str | None = None
+) -> StepRecord:
+  """The step's record from every host's numbers (rows: hosts)."""
+  everyone = np.asarray(everyone)
+  if everyone.ndim != 2 or everyone.shape[1] != len(HOST_FIELDS):
+    raise ValueError(
+        f"Expected one row of {len(HOST_FIELDS)} numbers per host, got shape"
+        f" {everyone.shape}."
+    )
+  col = lambda name: everyone[:, _F[name]].astype(np.float64)
+  in_call = np.stack(
+      [col(f"in_xhost/{p}") for p in CROSS_HOST_POINTS], axis=1
+  )
+  # Same program on every host: time in a cross-host call beyond the least
+  # any host spent there is waiting for the slowest host.
+  waits = in_call - in_call.min(axis=0, keepdims=True)
+  busy = col("step_s") - waits.sum(axis=1)
+  slow = int(np.argmax(busy))
+  rows = float(col("gen_rows").sum())
+  gen_s = col("phase/generate")
+  iters = col("decode_iterations")
+  per_iter = np.where(iters > 0, gen_s / np.maximum(iters, 1), np.nan)
+  return StepRecord(
+      step=int(meta.step),
+      backend=meta.backend,
+      num_hosts=int(everyone.shape[0]),
+      reward_mean=_mean_or_none(col("reward_mean")),
+      completion_len_mean=_mean_or_none(col("len_mean")),
+      completion_len_max=int(col("gen_max_len").max()),
+      completion_tokens=int(col("gen_tokens").sum()),
+      truncated_share=(
+          float(col("gen_truncated").sum() / rows) if rows else None
+      ),
+      loss=meta.loss,
+      grad_norm=meta.grad_norm,
+      # The slowest host's step and phases (the phases add up to it; the
+      # hosts' own step clocks differ by when each left the last collective,
+      # not by work).
+      step_time_s=float(col("step_s")[slow]),
+      phases={p: float(col(f"phase/{p}")[slow]) for p in PHASES},
+      host_overhead={
+          o: float(col(f"overhead/{o}")[slow]) for o in HOST_OVERHEADS
+      },
+      slowest_host=slow,
+      straggler_wait={
+          **{p: float(waits[:, i].max())
+             for i, p in enumerate(CROSS_HOST_POINTS)},
+          "total": float(waits.sum(axis=1).max()),
+      },
+      decode_iterations=int(iters.max()),
+      # The engines decode in one jitted loop.
+      decode_iter_s=(
+          float(np.nanmax(per_iter)) if np.isfinite(per_iter).any() else None
+      ),
+      host_prompt_tokens=[int(x) for x in col("prompt_tokens")],
+      prompts_digest=meta.prompts_digest,
+      publish_bytes=meta.publish_bytes,
+      publish_calls=int(col("publish_calls").max()),
+      gc={
+          "explicit_collects": int(col("gc_explicit").max()),
+          "skipped_collects": int(col("gc_skipped").max()),
+          "frozen": bool(col("gc_frozen").min() > 0),
+          "full_collections": int(col("gc_full_collections").max()),
+      },
+      optimizations=meta.optimizations,
+      exported_on=(
+          threading.current_thread().name if exported_on is None
+          else exported_on
+      ),
+  )
+
+
+class RecordSink:
+  """Where a step's record goes: a progress line, a JSONL file, Tunix's
+  metrics logger (each optional)."""
+
+  def __init__(
+      self,
+      *,
+      metrics_out: str | None = None,
+      log_progress: bool = False,
+      metrics_logger: Callable[[], Any] | None = None,
+  ):
+    """Initializes the sink.
+
+    Args:
+      metrics_out: JSONL file to append one object per record to.
+      log_progress: print a progress line per record.
+      metrics_logger: returns Tunix's metrics logger to log the record's main
+        numbers into (called per record), or None.
+    """
+    self._log_progress = log_progress
+    self._metrics_logger = metrics_logger
+    self._file = None
+    if metrics_out:
+      os.makedirs(os.path.dirname(os.path.abspath(metrics_out)), exist_ok=True)
+      self._file = open(metrics_out, "a")
+
+  def write(self, record: StepRecord) -> None:
+    if self._log_progress:
+      ph = record.phases
+      loss = record.loss
+      print(
+          f"[{record.backend}] step {record.step}: reward"
+          f" {_fmt(record.reward_mean, 3)} loss"
+          f" {loss if loss is None else round(loss, 5)}"
+          f" len {_fmt(record.completion_len_mean, 1)}"
+          f" | {record.step_time_s:.2f}s (gen {ph['generate']:.2f},"
+          f" train {ph['train']:.2f}, publish {ph['publish']:.3f},"
+          f" {(record.publish_bytes or 0) / 2**20:.1f} MiB, wait"
+          f" {record.straggler_wait['total']:.3f})",
+          flush=True,
+      )
+    if self._file is not None:
+      self._file.write(json.dumps(record.as_dict()) + "\n")
+      self._file.flush()
+    if self._metrics_logger is not None:
+      logger = self._metrics_logger()
+      tag = record.backend
+      for k in ("reward_mean", "completion_len_mean", "step_time_s"):
+        logger.log(tag, k, getattr(record, k), "train", record.step)
+      for p, v in record.phases.items():
+        logger.log(tag, f"phase/{p}", v, "train", record.step)
+      logger.log(tag, "straggler_wait", record.straggler_wait["total"],
+                 "train", record.step)
+
+  def close(self) -> None:
+    if self._file is not None:
+      self._file.close()
+      self._file = None
+
+
+def _fmt(x: float | None, digits: int) -> str:
+  return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+class StepTelemetry:
+  """The mcjax cluster's per-step metrics: one host's clock, the per-step
+  all-gather of every host's numbers, and the record host 0 exports.
+
+  Every host calls `end_step` at the same point of its step sequence, so the
+  all-gather is issued in the same order everywhere. Off the barrier (O1,
+  an asynchronous `exporter`), reading the gathered numbers (which waits for
+  the slowest host), building the record and writing it happen on the
+  exporter's thread; the step goes on at once. Either way the time the main
+  thread spends in `end_step` is the next step's `metrics_export` overhead.
+
+  Attributes:
+    clock: this host's `StepClock`.
+    records: every exported step's record (on every host).
+  """
+
+  def __init__(
+      self,
+      *,
+      local_mesh: Mesh,
+      exporter: host_optimizations.MetricsExporter,
+      gc_policy: host_optimizations.GcPolicy,
+      sink: RecordSink | None,
+      trace_steps: Sequence[int] = (),
+      trace_dir: str | None = None,
+  ):
+    """Initializes the telemetry.
+
+    Args:
+      local_mesh: this host's engine mesh (the gather lands on it).
+      exporter: runs the export of each step (inline or on its thread).
+      gc_policy: the cluster's garbage-collection policy (counted per step).
+      sink: where host 0's records go; None on the other hosts.
+      trace_steps: steps (1-based) to record a JAX profiler trace of.
+      trace_dir: where traces go (host<i> below it).
+    """
+    self._local_mesh = local_mesh
+    self._exporter = exporter
+    self._sink = sink
+    self._trace_steps = tuple(trace_steps)
+    self._trace_dir = trace_dir
+    self._tracing = False
+    self._gather_fn = None
+    self._gather_sharding = None
+    self.clock = StepClock(gc_policy)
+    self.records: list[StepRecord] = []
+
+  def start_step(
+      self, next_step: int, start: float | None = None,
+      carried_export_s: float = 0.0,
+  ) -> None:
+    """Starts timing step `next_step` (and its trace, if it is traced)."""
+    self.clock.reset(
+        time.perf_counter() if start is None else start, carried_export_s
+    )
+    if (self._trace_steps and not self._tracing
+        and next_step in self._trace_steps):
+      jax.profiler.start_trace(
+          os.path.join(self._trace_dir, f"host{jax.process_index()}")
+      )
+      self._tracing = True
+
+  def end_step(self, meta: StepMeta, *, admission_s: float,
+               prompt_tokens: int) -> None:
+    """Ends step `meta.step`: dispatches the gather and the export; starts
+    the next step's clock."""
+    now = time.perf_counter()
+    step_s = self.clock.finish(now, admission_s)
+    local = self.clock.host_numbers(step_s, prompt_tokens)
+    gathered = self._dispatch_gather(local)
+    self._exporter.submit(functools.partial(self._export, gathered, meta))
+    export_s = time.perf_counter() - now
+    if self._tracing and meta.step + 1 not in self._trace_steps:
+      jax.profiler.stop_trace()  # Traced steps are for reading, not timing.
+      self._tracing = False
+    self.start_step(meta.step + 1, start=now, carried_export_s=export_s)
+
+  def close(self) -> None:
+    """Stops a running trace and closes the sink (after the exporter)."""
+    if self._tracing:
+      jax.profiler.stop_trace()
+      self._tracing = False
+    if self._sink is not None:
+      self._sink.close()
+
+  def _dispatch_gather(self, local: np.ndarray) -> jax.Array:
+    """Starts the all-gather of every host's numbers; does not wait for it."""
+    # Imported here: publication imports the engines' base, which the
+    # telemetry's other users (the stock recorders, the bench) do not need.
+    from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+
+    if self._gather_fn is None:
+      view = publication.host_view_mesh(self._local_mesh)
+      self._gather_sharding = NamedSharding(
+          view, PartitionSpec(view.axis_names)
+      )
+      self._gather_fn = jax.jit(
+          lambda x: x, out_shardings=NamedSharding(view, PartitionSpec())
+      )
+    rows = np.ascontiguousarray(
+        np.broadcast_to(local, (self._local_mesh.size, local.size))
+    )
+    with jax.transfer_guard("allow"):
+      return self._gather_fn(
+          jax.make_array_from_process_local_data(self._gather_sharding, rows)
+      )
+
+  def _export(self, gathered: jax.Array, meta: StepMeta) -> None:
+    """Builds the step's record; host 0's sink prints, writes and logs it."""
+    flat = np.asarray(gathered.addressable_data(0))
+    # Rows are devices, host by host; each host's rows are equal.
+    num_hosts = jax.process_count()
+    everyone = flat.reshape(num_hosts, -1, flat.shape[-1])[:, 0, :]
+    # Its `exported_on` is evidence of where the export ran ("MainThread"
+    # unless O1 is on).
+    record = build_record(everyone, meta)
+    self.records.append(record)
+    if self._sink is not None:
+      self._sink.write(record)
