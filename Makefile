@@ -32,13 +32,14 @@ VLLM_PIP_ARGS := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
 # The vllm-marked tests, plus the Qwen3<->HF mapping and tpu-inference layout
 # tests, which must also hold under that environment's jax 0.10.2.
 VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
+  tests/engines/test_vllm_lora_multihost.py \
   tests/engines/test_qwen3_hf.py tests/engines/experimental/test_tpu_inference.py
 
 # The quick loop: every test without a multihost, e2e, vllm or slow marker
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
 
-.PHONY: help venv demo test test-fast lock clean bench venv-vllm test-vllm demo-vllm lock-vllm maxtext-patched wheel
+.PHONY: help venv demo test test-fast lock clean bench venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm maxtext-patched wheel
 
 # $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
 # runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
@@ -78,6 +79,7 @@ help:
 	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (part of 'make test')"
 	@echo "make venv-vllm - create/refresh $(VENV_VLLM) from requirements/vllm.lock"
 	@echo "make lock-vllm - re-resolve requirements/vllm.in into requirements/vllm.lock"
+	@echo "make venv-maxtext-vllm - experimental: maxtext + vLLM in one env (.venv-maxtext-vllm)"
 	@echo "make wheel  - build the tunix_mcjax wheel into dist/"
 	@echo "make clean  - remove everything the targets above create"
 
@@ -107,6 +109,17 @@ $(STAMP_VLLM): requirements/vllm.lock pyproject.toml
 	$(call make_venv,$(VENV_VLLM),$(PYTHON311),3.11,$(WHY311),requirements/vllm.lock,$(VLLM_PIP_ARGS))
 
 venv-vllm: $(STAMP_VLLM)
+
+# Experimental (issue 16): maxtext and vLLM's CPU build in one Python 3.12
+# environment, on PyPI's CUDA build of torch 2.13.0 (~7.6 GB installed; see
+# requirements/maxtext-vllm.in for why pip cannot resolve it). Not part of
+# `make test`.
+VENV_MXV := .venv-maxtext-vllm
+STAMP_MXV := $(VENV_MXV)/.installed
+$(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml
+	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,)
+
+venv-maxtext-vllm: $(STAMP_MXV)
 
 test-vllm: $(STAMP_VLLM)
 	$(call pytest,$(PY_VLLM),$(VLLM_TESTS) --durations=10)
@@ -147,7 +160,7 @@ wheel: $(STAMP)
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist build/wheel
 
 clean:
-	rm -rf $(VENV) $(VENV_VLLM) .venv-lock .venv-vllm-lock runs build dist \
+	rm -rf $(VENV) $(VENV_VLLM) .venv-maxtext-vllm .venv-lock .venv-vllm-lock runs build dist \
 	  *.egg-info .pytest_cache
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune \
 	  -exec rm -rf {} +

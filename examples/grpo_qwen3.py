@@ -25,6 +25,11 @@ process with the same total number of devices):
 On a real cluster (TPU VM pod, SLURM, ...) start one process per host; the
 cluster is detected and --num_hosts/--devices_per_host are ignored.
 
+Trainer mesh: --mesh=auto (default) shards parameters over every device
+(fsdp) when the model's widths divide, else uses hybrid sharding (hsdp:
+data-parallel across hosts, fsdp within a host) and prints why; a mesh that
+cannot shard the model is refused before any host starts (exit 2).
+
 Host-side optimizations of the mcjax backend (LoCoJAX O1-O4): --profile=base
 turns all four off, --profile=optimized turns all on; each switch
 (--async_metrics, --freeze_gc, --balance_admission, --publish_in_one_call,
@@ -163,6 +168,53 @@ _TRACE_DIR = flags.DEFINE_string(
     "trace_dir", _DEFAULTS.trace_dir,
     "Where profiler traces go (one folder per host)."
 )
+_MESH = flags.DEFINE_enum(
+    "mesh", _DEFAULTS.mesh, ["auto", "fsdp", "hsdp"],
+    "Trainer mesh: fsdp over every device; hsdp = data-parallel across hosts"
+    " x fsdp within a host (parameters replicated across hosts); auto = fsdp"
+    " when it divides the model's widths, else hsdp (printed).",
+)
+_LORA_RANK = flags.DEFINE_integer(
+    "lora_rank", None,
+    "Train a LoRA actor of this rank (qwix, as Tunix's lora_config); unset:"
+    " full weights. The reference is the base model.",
+)
+_LORA_ALPHA = flags.DEFINE_float(
+    "lora_alpha", None, "LoRA alpha (adapters scaled by alpha/rank); unset:"
+    " the rank.",
+)
+_LORA_MODULES = flags.DEFINE_string(
+    "lora_modules", _DEFAULTS.lora_modules,
+    "Regex of the modules to adapt (qwix module_path, full match).",
+)
+_MINI_BATCH_SIZE = flags.DEFINE_integer(
+    "mini_batch_size", _DEFAULTS.mini_batch_size,
+    "Global prompts per optimizer update (default: --batch_size).",
+)
+_MICRO_BATCH_SIZE = flags.DEFINE_integer(
+    "micro_batch_size", _DEFAULTS.micro_batch_size,
+    "Global prompts per gradient-accumulation micro-batch (Tunix's"
+    " train_micro_batch_size; default: --mini_batch_size).",
+)
+_LEARNER = flags.DEFINE_enum(
+    "learner", _DEFAULTS.learner, ["grpo", "dapo", "drgrpo"],
+    "Tunix learner: GRPOLearner, DAPOLearner (needs --beta=0) or"
+    " DrGRPOLearner.",
+)
+_NUM_ITERATIONS = flags.DEFINE_integer(
+    "num_iterations", _DEFAULTS.num_iterations,
+    "GRPO's num_iterations (mu); > 1 takes old log-probs from the engine.",
+)
+_EVAL_EVERY = flags.DEFINE_integer(
+    "eval_every", _DEFAULTS.eval_every,
+    "Evaluate (Tunix's eval_ds) before every N-th optimizer update; default:"
+    " no evaluation.",
+)
+_EVAL_BATCHES = flags.DEFINE_integer(
+    "eval_batches", _DEFAULTS.eval_batches,
+    "Held-out global batches of --batch_size prompts per evaluation (toy: a"
+    " held-out draw; gsm8k:.../train.jsonl: the test.jsonl next to it).",
+)
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."
 )
@@ -200,6 +252,16 @@ def _config() -> grpo_job.GrpoJobConfig:
       publish_in_one_call=_PUBLISH_IN_ONE_CALL.value,
       trace_steps=tuple(int(k) for k in _TRACE_STEPS.value),
       trace_dir=_TRACE_DIR.value,
+      mini_batch_size=_MINI_BATCH_SIZE.value,
+      micro_batch_size=_MICRO_BATCH_SIZE.value,
+      eval_every=_EVAL_EVERY.value,
+      eval_batches=_EVAL_BATCHES.value,
+      learner=_LEARNER.value,
+      num_iterations=_NUM_ITERATIONS.value,
+      lora_rank=_LORA_RANK.value,
+      lora_alpha=_LORA_ALPHA.value,
+      lora_modules=_LORA_MODULES.value,
+      mesh=_MESH.value,
   )
 
 
@@ -218,6 +280,12 @@ def main(argv: Sequence[str]) -> None:
     # The tunix backend: one process with all simulated hosts' devices.
     hosts = _NUM_HOSTS.value if cfg.backend == "mcjax" else 1
     devices = _DEVICES_PER_HOST.value * (_NUM_HOSTS.value // hosts)
+    try:
+      # A mesh that cannot shard the model is refused before hosts start.
+      grpo_job.choose_mesh(cfg, num_hosts=hosts, devices_per_host=devices)
+    except ValueError as e:
+      print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
+      sys.exit(2)
     sys.exit(
         launch.relaunch_as_local_hosts(
             sys.argv[1:],

@@ -57,3 +57,29 @@ def pytest_runtest_protocol(item, nextitem):
     yield
   finally:
     launch_utils.current_test_markers = None
+
+
+@pytest.fixture(scope="session")
+def equivalence_runs(tmp_path_factory):
+  """The core equivalence runs, shared by every module that compares them.
+
+  The GRPO example, 2 steps with KL on and an evaluation pass before every
+  step, as: stock Tunix (1 process x 4 devices), mcjax with 2 hosts x 2
+  devices, and mcjax with 1 host x 4 devices; same seed and data
+  (tests/test_equivalence.py, tests/test_eval_equivalence.py).
+  """
+  import example_runs  # pylint: disable=g-import-not-at-top
+
+  tmp = tmp_path_factory.mktemp("equiv")
+  flags = (*example_runs.EQUIVALENCE_FLAGS, *example_runs.EVAL_FLAGS)
+  return {
+      "tunix": example_runs.run_example(
+          tmp / "tunix", *flags, "--backend=tunix", "--num_hosts=2",
+          "--devices_per_host=2"),
+      "mcjax2": example_runs.run_example(
+          tmp / "mcjax2", *flags, "--backend=mcjax", "--num_hosts=2",
+          "--devices_per_host=2"),
+      "mcjax1": example_runs.run_example(
+          tmp / "mcjax1", *flags, "--backend=mcjax", "--num_hosts=1",
+          "--devices_per_host=4"),
+  }

@@ -15,10 +15,12 @@
 """The core correctness test: mcjax gives stock Tunix's numbers.
 
 Runs the GRPO example end to end (2 steps, KL on so the reference path is
-exercised) as: stock Tunix single controller (1 process x 4 devices), mcjax
-with 2 hosts x 2 devices, and mcjax with 1 host x 4 devices; same seed and
-data. Compared: every completion and reward (exactly), per-step losses and
-rewards, and the final parameters.
+exercised, an evaluation pass before every step) as: stock Tunix single
+controller (1 process x 4 devices), mcjax with 2 hosts x 2 devices, and
+mcjax with 1 host x 4 devices; same seed and data (the session fixture
+`equivalence_runs` in tests/conftest.py, shared with
+tests/test_eval_equivalence.py). Compared: every completion and reward
+(exactly), per-step losses and rewards, and the final parameters.
 
 Tolerances (fp32): completions and rewards must match exactly; losses and
 parameters within rtol = atol = 1e-6. On CPU all three runs are observed to
@@ -27,7 +29,6 @@ be bit-identical; the slack only admits a different float summation order
 """
 
 import json
-import pathlib
 
 import pytest
 
@@ -36,22 +37,9 @@ import example_runs
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
 
-def _run(tmp: pathlib.Path, name: str, *args: str) -> pathlib.Path:
-  return example_runs.run_example(
-      tmp / name, *example_runs.EQUIVALENCE_FLAGS, *args)
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("equiv")
-  return {
-      "tunix": _run(tmp, "tunix", "--backend=tunix", "--num_hosts=2",
-                    "--devices_per_host=2"),
-      "mcjax2": _run(tmp, "mcjax2", "--backend=mcjax", "--num_hosts=2",
-                     "--devices_per_host=2"),
-      "mcjax1": _run(tmp, "mcjax1", "--backend=mcjax", "--num_hosts=1",
-                     "--devices_per_host=4"),
-  }
+@pytest.fixture(name="runs")
+def runs_fixture(equivalence_runs):
+  return equivalence_runs
 
 
 @pytest.mark.parametrize("other", ["mcjax2", "mcjax1"])

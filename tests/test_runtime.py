@@ -267,6 +267,14 @@ for bad_tp in (3, 4):
   else:
     raise AssertionError(f"tp={bad_tp} was accepted")
 
+# Hybrid sharding: one data row per host, fsdp within it.
+hm = runtime.global_mesh(kind="hsdp")
+assert hm.axis_names == ("data", "fsdp", "tp") and hm.devices.shape == (2, 2, 1)
+assert list(hm.devices.flat) == expected
+assert [set(hosts(block)) for block in hm.devices] == [{0}, {1}]
+assert runtime.global_mesh(kind="hsdp", tp=2).devices.shape == (2, 1, 2)
+assert runtime.local_mesh(axis_names=hm.axis_names).devices.shape == (1, 2, 1)
+
 lm = runtime.local_mesh()
 assert lm.devices.shape == (2, 1)
 assert list(lm.devices.flat) == sorted(jax.local_devices(), key=lambda d: d.id)

@@ -56,7 +56,9 @@ def test_each_rule_passes_what_mcjax_runs():
   assert support.training_mode("grpo") is None
   assert support.rollout_engine("vanilla", ["native"]) is None
   assert support.rollout_engine("native", ["native"]) is None
-  assert support.lora(False) is None
+  assert support.lora_engine("vllm", False) is None
+  assert support.lora_engine("native", True) is None
+  assert support.lora_settings(8, 16.0, support.DEFAULT_LORA_MODULES) is None
   assert support.offload_to_cpu(False) is None
   assert support.data_sharding_axes(("fsdp",), ("fsdp", "tp")) is None
   assert support.global_batch("batch_size", 8, 4) is None
@@ -70,12 +72,16 @@ def test_each_rule_passes_what_mcjax_runs():
     (lambda: support.training_mode("agentic_grpo"), NotImplementedError,
      "agentic GRPO is not supported"),
     (lambda: support.rollout_engine("sglang_jax", ["native", "vllm"]),
-     ValueError, "rollout_engine='sglang_jax': mcjax generates with a"
-     " host-local engine (vanilla, native, vllm;"),
+     ValueError, "rollout_engine='sglang_jax': mcjax has no host-local"
+     " SGLang-JAX engine; set rollout_engine=vanilla"),
     (lambda: support.unsupported_role("critic_model_config"),
      NotImplementedError, "critic_model_config is set"),
-    (lambda: support.lora(True), NotImplementedError,
-     "the actor has LoRA adapters: mcjax does not train or publish LoRA"),
+    (lambda: support.lora_engine("vllm_tpu", True), NotImplementedError,
+     "engine='vllm_tpu' with a LoRA actor"),
+    (lambda: support.lora_settings(0, 8, ".*q_proj"), ValueError,
+     "rank=0: a LoRA rank must be an integer >= 1"),
+    (lambda: support.lora_settings(8, 8, ".*nothing"), ValueError,
+     "module_path='.*nothing' matches no module"),
     (lambda: support.offload_to_cpu(True), ValueError,
      "offload_to_cpu is not supported by mcjax"),
     (lambda: support.disjoint_role("rollout", cause="C", fix="F."),
@@ -164,8 +170,8 @@ def test_check_job_lists_every_problem():
       "offload_to_cpu",
       "critic_model_config is set",
       "reward_model_config is set",
-      "actor_model_config.lora_config is set: mcjax does not train or publish"
-      " LoRA actors yet",
+      "actor_model_config.lora_config.alpha=None: LoRA alpha must be",
+      "engine='sglang_jax' with a LoRA actor",
       "reference_model_config.mesh gives the reference role its own devices",
       "Set reference_model_config.mesh=null"
       " reference_model_config.same_mesh_as=actor.",
@@ -177,7 +183,7 @@ def test_check_job_lists_every_problem():
   text = "\n".join(check.problems)
   for message in expected:
     assert message in text
-  assert len(check.problems) == 11
+  assert len(check.problems) == 12
 
 
 def test_cluster_and_cli_state_a_shared_rule_alike():

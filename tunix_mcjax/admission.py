@@ -47,6 +47,7 @@ import collections
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import dataclasses
 import hashlib
+import contextlib
 import threading
 import time
 from typing import Any
@@ -375,8 +376,12 @@ class ShardedDataset(Iterable[dict[str, Any]]):
       config: AdmissionConfig,
       ledger: StepLedger,
       length_fn: Callable[[Sequence[str]], Sequence[int]] | None = None,
+      first_prompt_index: int = 0,
+      same_identities_each_pass: bool = False,
   ):
     self._batches = global_batches
+    self._first_prompt_index = first_prompt_index
+    self._same_identities_each_pass = same_identities_each_pass
     self._config = config
     self._ledger = ledger
     self._length_fn = length_fn
@@ -385,9 +390,11 @@ class ShardedDataset(Iterable[dict[str, Any]]):
     self.admission_seconds = 0.0
     # Prompt indices keep counting across epochs, so a prompt seen again
     # draws fresh sampling noise.
-    self._stream_offset = 0
+    self._stream_offset = first_prompt_index
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
+    if self._same_identities_each_pass:
+      self._stream_offset = self._first_prompt_index
     global_batch_size = None
     for batch in self._batches:
       t0 = time.perf_counter()
@@ -461,10 +468,35 @@ class Admission:
     return self.ledger
 
   def shard(
+      self, global_batches: Iterable[Mapping[str, Any]], *,
+      first_prompt_index: int = 0,
+      same_identities_each_pass: bool = False,
+  ) -> ShardedDataset:
+    """This host's share of `global_batches`.
+
+    Args:
+      global_batches: the global batches, the same on every host.
+      first_prompt_index: the identity of the first batch's first prompt
+        (e.g. `EVAL_FIRST_PROMPT_INDEX` for an evaluation stream).
+      same_identities_each_pass: every iteration starts again at
+        `first_prompt_index` (an evaluation set: each pass samples with the
+        same noise, so passes differ only by the policy). Default: identities
+        keep counting, so a prompt seen again draws fresh noise.
+    """
+    return ShardedDataset(
+        global_batches, self.config, self.ledger, self._length_fn,
+        first_prompt_index=first_prompt_index,
+        same_identities_each_pass=same_identities_each_pass,
+    )
+
+  def shard_eval(
       self, global_batches: Iterable[Mapping[str, Any]]
   ) -> ShardedDataset:
-    return ShardedDataset(
-        global_batches, self.config, self.ledger, self._length_fn
+    """An evaluation set: identities from `EVAL_FIRST_PROMPT_INDEX`, the
+    same on every pass."""
+    return self.shard(
+        global_batches, first_prompt_index=EVAL_FIRST_PROMPT_INDEX,
+        same_identities_each_pass=True,
     )
 
   def pop_batch_stats(self) -> BatchStats | None:
@@ -477,3 +509,95 @@ class Admission:
         self._stats_popped = entry.batch + 1
         return entry.stats
     return None
+
+
+# Evaluation rows' prompt identities start here, so that no evaluation row is
+# keyed like a training row (training streams would need 2**31 prompts to
+# reach it); row ids must stay below 2**32.
+EVAL_FIRST_PROMPT_INDEX = 2**31
+
+
+class TrainEvalRowIds:
+  """The engines' `RowIdSource` for training and evaluation rows.
+
+  Training and evaluation prompts are admitted into two ledgers, so that an
+  evaluation pass never takes training rows' identities (nor the reverse).
+  The cluster brackets an evaluation generate call with `evaluating()`;
+  Tunix's learner generates evaluation rollouts on its main thread while no
+  training generate call is in flight (its data thread has handed the step's
+  batch over), so one switch serves both.
+
+  Evaluation rows may span admitted batches in one call (Tunix's learner
+  merges evaluation batches up to its rollout size); the rows of a fully
+  generated evaluation batch are closed at once, as no learner step owns
+  them.
+  """
+
+  def __init__(self, train: StepLedger, evaluation: StepLedger):
+    self.train = train
+    self.evaluation = evaluation
+    self._evaluating = 0
+    self._lock = threading.Lock()
+
+  @contextlib.contextmanager
+  def evaluating(self) -> Iterator[None]:
+    """Rows taken inside come from the evaluation ledger."""
+    with self._lock:
+      self._evaluating += 1
+    try:
+      yield
+    finally:
+      with self._lock:
+        self._evaluating -= 1
+
+  def take(self, num_rows: int) -> np.ndarray:
+    with self._lock:
+      evaluating = self._evaluating > 0
+    if not evaluating:
+      return self.train.take(num_rows)
+    parts = []
+    left = num_rows
+    while left:
+      entry = next((e for e in self.evaluation.entries if e.rows_left), None)
+      if entry is None:
+        raise RuntimeError(
+            f"An evaluation generate call asked for {num_rows} rows but"
+            f" evaluation admission recorded {num_rows - left}: pass the"
+            " learner the eval_ds returned by `cluster.shard_eval_dataset(...)`"
+            " (or `Admission.shard_eval`), so that every evaluation row has"
+            " an identity of its own."
+        )
+      k = min(left, entry.rows_left)
+      parts.append(self.evaluation.take(k))
+      left -= k
+      # Fully generated evaluation batches belong to no learner step.
+      while (self.evaluation.entries
+             and not self.evaluation.entries[0].rows_left):
+        self.evaluation.close_step()
+    if not parts:
+      return np.zeros((0, 2), dtype=np.int64)
+    return np.concatenate(parts, axis=0)
+
+  def pending(self) -> int:
+    """Training rows recorded but not taken yet (as `StepLedger.pending`)."""
+    return self.train.pending()
+
+
+def route_eval_generate(cluster: Any, row_ids: TrainEvalRowIds) -> None:
+  """Makes a stock cluster's evaluation generate calls take evaluation ids.
+
+  For Tunix's stock `RLCluster` running an mcjax engine keyed by `row_ids`
+  (the comparison runs); the mcjax cluster does this itself. Wraps the
+  instance's `generate` (as `telemetry.stock` does), so nothing in Tunix
+  changes.
+  """
+  inner = cluster.generate
+
+  def generate(*args, **kwargs):
+    # Tunix's learner passes the mode by keyword; str(Mode.EVAL) == "eval".
+    if str(kwargs.get("mode", "train")) == "eval":
+      with row_ids.evaluating():
+        return inner(*args, **kwargs)
+    return inner(*args, **kwargs)
+
+  cluster.generate = generate

@@ -24,8 +24,9 @@ stock `GRPOLearner` runs on top of it unchanged; per step, on every host:
 
 Multi-controller discipline: every host issues the same global programs in
 the same order (the learner's data path is identical on every host, and the
-only cross-host programs are the train step, log-prob passes, publication and
-one tiny metrics all-gather per step, all on the learner's main sequence);
+only cross-host programs are the train step, log-prob passes, publication,
+one tiny metrics all-gather per step and one per learner metrics buffer that
+Tunix logs (`telemetry.learner_metrics`), all on the learner's main sequence);
 host-local work (generation) runs under the host's local mesh only.
 
 Per-step metrics (`telemetry`): every host times its step; one tiny
@@ -47,6 +48,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from absl import logging
 from flax import nnx
 from flax.linen import partitioning as nn_partitioning
 import jax
@@ -54,6 +56,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 from tunix.rl import utils as rl_utils
+from tunix.sft import utils as sft_utils
 
 from tunix_mcjax import admission as admission_lib
 from tunix_mcjax import compat
@@ -63,6 +66,7 @@ from tunix_mcjax import publication
 from tunix_mcjax import runtime
 from tunix_mcjax import support
 from tunix_mcjax import telemetry
+from tunix_mcjax.telemetry import learner_metrics
 from tunix_mcjax import tree_paths
 from tunix_mcjax.registry import ENGINES
 
@@ -131,6 +135,12 @@ class McJaxOptions:
       )
 
 
+def _raise_first(*problems: support.Problem | None) -> None:
+  for problem in problems:
+    if problem is not None:
+      problem.raise_()
+
+
 def _mesh_axis_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
   return math.prod(mesh.shape[a] for a in axes)
 
@@ -195,6 +205,12 @@ class McJaxRLCluster(compat.RLCluster):
     # Admission writes each batch here; the engine takes the rows'
     # identities from it (`row_ids`), and each step end closes one batch.
     self.ledger = admission_lib.StepLedger()
+    # Evaluation prompts get their own ledger (and identities), so that an
+    # evaluation pass never takes training rows' identities.
+    self.eval_ledger = admission_lib.StepLedger()
+    self._row_ids = admission_lib.TrainEvalRowIds(
+        self.ledger, self.eval_ledger
+    )
     rollout_cfg = cluster_config.rollout_config
     if isinstance(rollout_cfg, dict):
       rollout_cfg = rollout_cfg[Mode.TRAIN]
@@ -216,17 +232,25 @@ class McJaxRLCluster(compat.RLCluster):
           rollout_cfg.data_type,
       )
 
+    import tunix_mcjax.engines  # pylint: disable=g-import-not-at-top,unused-import
+
     engine_name = self.options.engine
     if engine_name is None:
       engine_name = cluster_config.rollout_engine
-      if engine_name == "vanilla":
+      if not isinstance(engine_name, str):
+        raise ValueError(
+            "Under mcjax the rollout engine is chosen by name (one of"
+            f" {ENGINES.names()}), got {cluster_config.rollout_engine!r}."
+        )
+      # A Tunix engine name means what it means in Tunix, or is refused.
+      _raise_first(support.rollout_engine(engine_name, ENGINES.names()))
+      if engine_name == support.VANILLA_ENGINE:
         engine_name = "native"
-    if not isinstance(engine_name, str):
-      raise ValueError(
-          "Under mcjax the rollout engine is chosen by name (one of"
-          f" {ENGINES.names()}), got {cluster_config.rollout_engine!r}."
-      )
-    import tunix_mcjax.engines  # pylint: disable=g-import-not-at-top,unused-import
+    # A LoRA actor trains and publishes only its adapters (as stock Tunix's
+    # sync_weights filters by nnx.LoRAParam); its engine must take them.
+    lora_enabled = sft_utils.is_lora_enabled(actor)
+    lora_problem = support.lora_engine(engine_name, lora_enabled)
+    _raise_first(lora_problem)
 
     engine_factory = functools.partial(
         ENGINES.get(engine_name),
@@ -256,7 +280,10 @@ class McJaxRLCluster(compat.RLCluster):
           cluster_config=local_cfg,
           perf_config=perf_config,
       )
-    self._param_filter = nnx.Param
+    # The initial publication above sent the whole model; from here on only
+    # what trains changes: the adapters of a LoRA actor.
+    self._param_filter = nnx.LoRAParam if lora_enabled else nnx.Param
+    self._update_filter = (nnx.LoRAParam,) if lora_enabled else None
     target = self.rollout.publication_target()
     self.publisher = publication.Publisher(
         dst=target,
@@ -290,13 +317,17 @@ class McJaxRLCluster(compat.RLCluster):
         trace_steps=self.options.trace_steps,
         trace_dir=self.options.trace_dir,
     )
+    self._learner_metrics = learner_metrics.GlobalLearnerMetrics(
+        self.local_mesh
+    )
     self._closed = False
     self.telemetry.start_step(self.global_steps + 1)
 
   @property
-  def row_ids(self) -> admission_lib.StepLedger:
-    """The engine's row-id source (`RowIdSource`): the step ledger."""
-    return self.ledger
+  def row_ids(self) -> admission_lib.TrainEvalRowIds:
+    """The engine's row-id source (`RowIdSource`): the training ledger, or
+    the evaluation ledger during evaluation generate calls."""
+    return self._row_ids
 
   @property
   def step_clock(self) -> telemetry.StepClock:
@@ -327,19 +358,47 @@ class McJaxRLCluster(compat.RLCluster):
       global_batches: Iterable[Mapping[str, Any]],
       *,
       num_generations: int,
+      loss_agg_mode: str | None = None,
   ) -> admission_lib.ShardedDataset:
-    """This host's share of each global batch (call on every host)."""
+    """This host's share of each global batch (call on every host).
+
+    Prompts are dealt in chunks of the per-host training micro-batch, so
+    global micro-batch k is the single controller's micro-batch k (see
+    `admission`).
+
+    Args:
+      global_batches: The job's global batches, the same on every host.
+      num_generations: Samples per prompt (G).
+      loss_agg_mode: The learner's `loss_agg_mode`; with O3 and several
+        micro-batches per update, a mode whose update O3 would change is
+        refused (`support.balanced_micro_batches`). None: not checked, and a
+        warning is logged in that setting.
+    """
     tc = self.cluster_config.training_config
     chunk = tc.train_micro_batch_size or tc.mini_batch_size
+    balance = self.options.optimizations.balance_admission
+    if balance and chunk is not None and tc.mini_batch_size is not None and (
+        chunk < tc.mini_batch_size):
+      if loss_agg_mode is None:
+        logging.warning(
+            "balance_admission (O3) with several micro-batches per update:"
+            " the update equals the single controller's only for the"
+            " row-normalised loss_agg_modes %s; pass loss_agg_mode to"
+            " shard_dataset to have it checked.",
+            list(support.ROW_NORMALISED_LOSS_MODES),
+        )
+      else:
+        _raise_first(support.balanced_micro_batches(
+            balance_by_length=True, loss_agg_mode=loss_agg_mode,
+            micro_batch_size=chunk, mini_batch_size=tc.mini_batch_size,
+        ))
     adm = admission_lib.Admission(
         admission_lib.AdmissionConfig(
             num_hosts=self.num_hosts,
             host_index=self.host_index,
             num_generations=num_generations,
             chunk_size=chunk,
-            balance_by_length=(
-                self.options.optimizations.balance_admission
-            ),
+            balance_by_length=balance,
             update_size=tc.mini_batch_size,
         ),
         ledger=self.ledger,
@@ -347,6 +406,29 @@ class McJaxRLCluster(compat.RLCluster):
         length_fn=self._prompt_lengths,
     )
     return adm.shard(global_batches)
+
+  def shard_eval_dataset(
+      self,
+      global_batches: Iterable[Mapping[str, Any]],
+      *,
+      num_generations: int,
+  ) -> admission_lib.ShardedDataset:
+    """This host's share of each global evaluation batch (every host).
+
+    The `eval_ds` of `learner.train(train_ds, eval_ds)`: dealt in contiguous
+    blocks into the evaluation ledger, with identities counted from
+    `admission.EVAL_FIRST_PROMPT_INDEX` by global evaluation prompt index
+    (again on every pass), so evaluation rollouts do not depend on placement
+    and never share a training row's sampling key.
+    """
+    return admission_lib.Admission(
+        admission_lib.AdmissionConfig(
+            num_hosts=self.num_hosts,
+            host_index=self.host_index,
+            num_generations=num_generations,
+        ),
+        ledger=self.eval_ledger,
+    ).shard_eval(global_batches)
 
   def _prompt_lengths(self, prompts: Sequence[str]) -> list[int]:
     return [len(self.tokenizer.encode(p)) for p in prompts]
@@ -375,7 +457,8 @@ class McJaxRLCluster(compat.RLCluster):
   # --- global arrays from this host's rows -----------------------------------
 
   def _data_sharding(self) -> NamedSharding:
-    axes = tuple(self.cluster_config.training_config.data_sharding_axis)
+    axes = support.batch_axes(
+        self.cluster_config.training_config.data_sharding_axis)
     return NamedSharding(self.global_mesh, PartitionSpec(axes))
 
   def _to_global(self, x: Any) -> Any:
@@ -385,7 +468,8 @@ class McJaxRLCluster(compat.RLCluster):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
       return x
     sharding = self._data_sharding()
-    axes = tuple(self.cluster_config.training_config.data_sharding_axis)
+    axes = support.batch_axes(
+        self.cluster_config.training_config.data_sharding_axis)
     per_host = _mesh_axis_size(self.global_mesh, axes) // self.num_hosts
     if per_host == 0 or x.shape[0] % per_host:
       # Tunix's shard_input would silently fall back to a replicated array
@@ -416,12 +500,16 @@ class McJaxRLCluster(compat.RLCluster):
                micro_batch_size=None, trace_tags=None,
                max_generation_steps=None):
     if mode == Mode.EVAL:
-      # Evaluation prompts are not admitted, so they have no ledger entry:
-      # the engine would key them with training rows' identities.
-      raise NotImplementedError(
-          "mcjax does not generate evaluation rollouts yet (eval_ds): its"
-          " prompts are not admitted, so its rows have no identities."
-      )
+      # Rows from the evaluation ledger; not a phase of the training step.
+      with self._row_ids.evaluating():
+        return super().generate(
+            prompts,
+            apply_chat_template=apply_chat_template,
+            mode=mode,
+            micro_batch_size=micro_batch_size,
+            trace_tags=trace_tags,
+            max_generation_steps=max_generation_steps,
+        )
     with self.step_clock.phase("generate"):
       out = super().generate(
           prompts,
@@ -476,9 +564,16 @@ class McJaxRLCluster(compat.RLCluster):
   # Tunix's stock sync_weights also snapshots the whole policy into host
   # memory every step (`_anchor_policy_state`); only this method reads that
   # snapshot, so mcjax refreshes none while it is refused.
+  # Tunix's GRPO, DAPO and Dr.GRPO learners do not call it (their old
+  # log-probs come from the engine: `get_old_per_token_logps`); its caller is
+  # the agentic learner (training_mode=agentic_grpo), refused by support.
   def get_actor_per_token_logps(self, *args, **kwargs):
     raise NotImplementedError(
-        "get_actor_per_token_logps is not supported by mcjax yet."
+        "get_actor_per_token_logps (trainer-side log-probs under the anchor"
+        " policy, used by Tunix's agentic GRPO learner,"
+        " training_mode=agentic_grpo) is not supported by mcjax yet; use"
+        " GRPOLearner, DAPOLearner or DrGRPOLearner (num_iterations > 1 takes"
+        " old log-probs from the host's engine)."
     )
 
   def update_actor(self, train_ds, eval_ds, skip_jit=False):
@@ -512,7 +607,9 @@ class McJaxRLCluster(compat.RLCluster):
         src = nnx.state(self.actor_trainer.model, self._param_filter)
         if self.options.optimizations.publish_in_one_call:
           # O4: one all-gather program and one engine update for all weights.
-          self.rollout.update_params(self.publisher(src))
+          self.rollout.update_params(
+              self.publisher(src), filter_types=self._update_filter
+          )
           self.step_clock.publish_calls += 1
         else:
           self.step_clock.publish_calls += self.publisher.publish_each(
@@ -554,6 +651,10 @@ class McJaxRLCluster(compat.RLCluster):
     )
 
   def _log_metrics(self, metrics_buffer):
+    # Each host buffered its own rows' metrics: combine them over all hosts
+    # first (one tiny all-gather, here on the learner's main sequence, where
+    # Tunix logs a buffer at the same point on every host).
+    metrics_buffer = self._learner_metrics.combine(metrics_buffer)
     # Tunix's own per-step metric logging goes through the exporter too: on
     # its thread under O1, inline (as stock) otherwise.
     self.exporter.submit(

@@ -61,6 +61,8 @@ ENV_DEVICES_PER_HOST = "TUNIX_MCJAX_DEVICES_PER_HOST"
 CPU_COLLECTIVES = ("gloo", "mpi")
 HOST_AXIS = "host"
 _DEFAULT_AXIS_NAMES = ("fsdp", "tp")
+# Hybrid sharding: data parallel across hosts, fsdp (and tp) within a host.
+_HSDP_AXIS_NAMES = ("data", "fsdp", "tp")
 
 
 def _is_int(value: Any) -> bool:
@@ -434,11 +436,15 @@ def _backends_initialized() -> bool:
 # --- Meshes ------------------------------------------------------------------
 
 
-def _check_axis_names(axis_names: Sequence[str]) -> tuple[str, str]:
+def _check_axis_names(
+    axis_names: Sequence[str], count: int = 2
+) -> tuple[str, ...]:
   names = tuple(axis_names)
-  if len(names) != 2 or len(set(names)) != 2:
+  if len(names) != count or len(set(names)) != count:
+    example = _HSDP_AXIS_NAMES if count == 3 else _DEFAULT_AXIS_NAMES
     raise ValueError(
-        f"axis_names={names!r} must be two distinct names, e.g. ('fsdp', 'tp')."
+        f"axis_names={names!r} must be {count} distinct names, e.g."
+        f" {example!r}."
     )
   if HOST_AXIS in names:
     raise ValueError(
@@ -467,23 +473,35 @@ def host_contiguous_devices() -> list[jax.Device]:
 
 
 def global_mesh(
-    *, tp: int = 1, axis_names: Sequence[str] = _DEFAULT_AXIS_NAMES
+    *,
+    tp: int = 1,
+    axis_names: Sequence[str] | None = None,
+    kind: Literal["fsdp", "hsdp"] = "fsdp",
 ) -> Mesh:
-  """A (fsdp, tp) mesh over every device of every host.
+  """A (fsdp, tp) or (data, fsdp, tp) mesh over every device of every host.
 
-  Devices run host by host, so host h owns fsdp rows
-  [h * per_host / tp, (h + 1) * per_host / tp).
+  Devices run host by host, so with kind="fsdp" host h owns fsdp rows
+  [h * per_host / tp, (h + 1) * per_host / tp). kind="hsdp" (hybrid
+  sharding) puts the hosts on a leading data-parallel axis: host h is
+  data row h, and parameters sharded over "fsdp" are split within a host
+  and replicated across hosts (support.choose_mesh picks the kind).
 
   Args:
-    tp: Size of the second axis; must divide the devices per host.
-    axis_names: Names of the two axes.
+    tp: Size of the last axis; must divide the devices per host.
+    axis_names: Names of the axes; None: ("fsdp", "tp") or
+      ("data", "fsdp", "tp").
+    kind: "fsdp" or "hsdp".
 
   Returns:
-    A mesh of shape (device_count // tp, tp).
+    A mesh of shape (device_count // tp, tp) or (hosts, per_host // tp, tp).
   """
   from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  names = _check_axis_names(axis_names)
+  if kind not in ("fsdp", "hsdp"):
+    raise ValueError(f"kind must be 'fsdp' or 'hsdp', got {kind!r}.")
+  if axis_names is None:
+    axis_names = _HSDP_AXIS_NAMES if kind == "hsdp" else _DEFAULT_AXIS_NAMES
+  names = _check_axis_names(axis_names, 3 if kind == "hsdp" else 2)
   devices = host_contiguous_devices()
   per_host = collections.Counter(d.process_index for d in devices)
   if len(set(per_host.values())) != 1:
@@ -493,20 +511,28 @@ def global_mesh(
     )
   _check_tp(tp, next(iter(per_host.values())))
   grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
+  if kind == "hsdp":
+    grid = grid.reshape(len(per_host), -1, tp)
   return Mesh(grid, names)
 
 
 def local_mesh(
     *, axis_names: Sequence[str] = _DEFAULT_AXIS_NAMES, tp: int = 1
 ) -> Mesh:
-  """A (fsdp, tp) mesh over this host's devices only, for host-local work."""
+  """A (fsdp, tp) mesh over this host's devices only, for host-local work.
+
+  Three axis names (an hsdp mesh's) give (1, per_host // tp, tp): the data
+  axis has one entry on a single host, so specs naming it still resolve.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  names = _check_axis_names(axis_names)
+  names = _check_axis_names(axis_names, 3 if len(axis_names) == 3 else 2)
   devices = sorted(jax.local_devices(), key=lambda d: d.id)
   _check_tp(tp, len(devices))
   grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
+  if len(names) == 3:
+    grid = grid[None]
   return Mesh(grid, names)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import copy
 import dataclasses
 import math
+import re
 from typing import Any
 
 # Batch knobs of Tunix's RLTrainingConfig that count the whole job's rows
@@ -48,6 +49,34 @@ GLOBAL_BATCH_KNOBS = (
 )
 # Tunix's name of its own engine; under mcjax it means the native engine.
 VANILLA_ENGINE = "vanilla"
+# Tunix's rollout_engine names -> why mcjax cannot take each as it means in
+# Tunix, and the mcjax engine to name instead (None: the name is honoured).
+TUNIX_ENGINES = {
+    VANILLA_ENGINE: None,
+    "vllm": "in Tunix this is tpu-inference's vLLM; mcjax does not run it"
+    " under that name (its engine 'vllm' is PyTorch vLLM, a different"
+    " engine). Name the mcjax engine explicitly: 'vllm_tpu' (host-local"
+    " tpu-inference vLLM, experimental) or 'vllm' (PyTorch vLLM), with"
+    " McJaxOptions(engine=...) or the CLI's --engine; or"
+    f" rollout_engine={VANILLA_ENGINE} for the native engine.",
+    "sglang_jax": "mcjax has no host-local SGLang-JAX engine; set"
+    f" rollout_engine={VANILLA_ENGINE} (the native engine, Tunix's sampler).",
+}
+# Loss aggregation modes of Tunix (`tunix.rl.common.aggregate_loss`) whose
+# gradient, accumulated as the mean over equal-sized micro-batches, does not
+# depend on which rows share a micro-batch: each normalises per row (by the
+# row's own token count, a constant, or the micro-batch's row count, equal in
+# every micro-batch). Exact as long as every row has a completion token
+# (rows count by `completion_mask`; a generated EOS counts). 'token-mean'
+# divides by the micro-batch's token count, which changes when rows move.
+ROW_NORMALISED_LOSS_MODES = (
+    "sequence-mean-token-mean",
+    "sequence-mean-token-scale",
+    "seq-mean-token-sum",
+    "sequence-mean-token-sum-norm",
+)
+# Learners mcjax runs (Tunix's GRPO family); PPO needs a critic model.
+LEARNERS = ("grpo", "dapo", "drgrpo")
 # Roles whose models mcjax does not run (GRPO needs none of them).
 UNSUPPORTED_ROLES = ("critic", "reward")
 
@@ -88,14 +117,72 @@ def training_mode(mode: str) -> Problem | None:
 
 
 def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
-  """Engines are chosen by registered name; Tunix's own engines do not run."""
-  if engine == VANILLA_ENGINE or engine in engine_names:
+  """A `rollout_engine` name means what it means in Tunix, or is refused.
+
+  'vanilla' (Tunix's own sampler) is the native engine, which runs Tunix's
+  sampler. Tunix's other names ('vllm' = tpu-inference vLLM, 'sglang_jax')
+  are refused with the mcjax engine to name instead: mcjax's registered
+  'vllm' is the PyTorch vLLM engine, i.e. another engine than Tunix's. A
+  registered mcjax name that is not a Tunix name is taken as given.
+  """
+  if engine in TUNIX_ENGINES:
+    if engine == VANILLA_ENGINE:
+      return None
+    return Problem(
+        message=f"rollout_engine={engine!r}: {TUNIX_ENGINES[engine]}"
+    )
+  if engine in engine_names:
     return None
   choices = ", ".join([VANILLA_ENGINE, *engine_names])
   return Problem(
       message=f"rollout_engine={engine!r}: mcjax generates with a host-local"
       f" engine ({choices}; '{VANILLA_ENGINE}' means the native engine); set"
       f" rollout_engine={VANILLA_ENGINE}.",
+  )
+
+
+def balanced_micro_batches(
+    *,
+    balance_by_length: bool,
+    loss_agg_mode: str,
+    micro_batch_size: int | None,
+    mini_batch_size: int | None,
+    prefix: str = "",
+) -> Problem | None:
+  """O3 with gradient accumulation keeps the update only for row-normalised
+  losses.
+
+  With balance_admission (O3) each global micro-batch holds other rows than
+  the single controller's (the host shares are dealt by length, not in
+  micro-batch chunks). The optimizer step averages the micro-batches'
+  gradients, so the update is unchanged exactly when the loss normalises per
+  row (`ROW_NORMALISED_LOSS_MODES`); 'token-mean' divides by each
+  micro-batch's token count, which moving rows changes.
+  """
+  if not balance_by_length or loss_agg_mode in ROW_NORMALISED_LOSS_MODES:
+    return None
+  if micro_batch_size is None or mini_batch_size is None or (
+      micro_batch_size >= mini_batch_size):
+    return None
+  return Problem(
+      message=f"{prefix}loss_agg_mode={loss_agg_mode!r} with"
+      f" balance_admission (O3) and train_micro_batch_size={micro_batch_size}"
+      f" < mini_batch_size={mini_batch_size}: O3 moves rows between"
+      " micro-batches, which changes a per-micro-batch token-mean (not the"
+      " single-controller update). Turn balance_admission off, use one"
+      " micro-batch per update, or a row-normalised loss_agg_mode (one of"
+      f" {list(ROW_NORMALISED_LOSS_MODES)}).",
+  )
+
+
+def learner(name: str) -> Problem | None:
+  """mcjax runs Tunix's GRPO-family learners; PPO needs a critic."""
+  if name in LEARNERS:
+    return None
+  if name == "ppo":
+    return unsupported_role("learner='ppo' (a critic model)")
+  return Problem(
+      message=f"learner={name!r}: mcjax runs one of {list(LEARNERS)}.",
   )
 
 
@@ -109,15 +196,87 @@ def unsupported_role(name: str) -> Problem:
   )
 
 
-def lora(
-    lora_enabled: bool, *, cause: str = "the actor has LoRA adapters"
+# Engines that take a LoRA actor: native holds base + adapters; vllm merges
+# the adapters into its weights on the host. Both receive only
+# the adapters (`nnx.LoRAParam`) at each publication.
+LORA_ENGINES = ("native", "vllm")
+# The module paths (qwix's '/'-joined names, matched with re.fullmatch) of a
+# Qwen3 layer's linear projections: what a LoRA `module_path` regex selects.
+QWEN3_LORA_TARGETS = (
+    "attn/q_proj", "attn/k_proj", "attn/v_proj", "attn/o_proj",
+    "mlp/gate_proj", "mlp/up_proj", "mlp/down_proj",
+)
+# All seven projections, as Tunix's Qwen3 GSM8K recipe selects them.
+DEFAULT_LORA_MODULES = (
+    ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
+)
+
+
+def lora_module_paths(num_layers: int = 64) -> tuple[str, ...]:
+  """Qwen3 module paths a LoRA regex may select (no model needed)."""
+  return tuple(
+      f"layers/{i}/{t}" for i in range(num_layers) for t in QWEN3_LORA_TARGETS
+  )
+
+
+def lora_settings(
+    rank: Any,
+    alpha: Any,
+    module_path: Any,
+    *,
+    prefix: str = "",
+    module_path_key: str = "module_path",
+    module_paths: Sequence[str] | None = None,
 ) -> Problem | None:
-  if not lora_enabled:
+  """A LoRA config (Tunix's `lora_config`) that qwix can apply.
+
+  Checked before any host starts: a rank below 1 or a regex that selects no
+  projection would otherwise fail (or silently train nothing) deep inside
+  qwix on every host.
+  """
+  if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+    return Problem(
+        message=f"{prefix}rank={rank!r}: a LoRA rank must be an integer >= 1"
+        " (e.g. 8); remove the LoRA settings to train full weights.",
+    )
+  if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or (
+      alpha <= 0
+  ):
+    return Problem(
+        message=f"{prefix}alpha={alpha!r}: LoRA alpha must be a number > 0"
+        " (the adapters are scaled by alpha/rank; alpha=rank scales by 1).",
+    )
+  if not isinstance(module_path, str) or not module_path:
+    return Problem(
+        message=f"{prefix}{module_path_key}={module_path!r}: give a regex of the"
+        f" modules to adapt, e.g. {DEFAULT_LORA_MODULES!r}.",
+    )
+  try:
+    pattern = re.compile(module_path)
+  except re.error as e:
+    return Problem(
+        message=f"{prefix}{module_path_key}={module_path!r} is not a valid regex"
+        f" ({e}).",
+    )
+  paths = lora_module_paths() if module_paths is None else module_paths
+  if not any(pattern.fullmatch(p) for p in paths):
+    return Problem(
+        message=f"{prefix}{module_path_key}={module_path!r} matches no module (qwix"
+        " matches the whole '/'-joined path, e.g. 'layers/0/attn/q_proj');"
+        f" e.g. {DEFAULT_LORA_MODULES!r} selects all seven projections.",
+    )
+  return None
+
+
+def lora_engine(engine: str, lora_enabled: bool) -> Problem | None:
+  """Only engines that hold base + adapters take a LoRA actor."""
+  if not lora_enabled or engine in LORA_ENGINES:
     return None
   return Problem(
-      message=f"{cause}: mcjax does not train or publish LoRA actors"
-      " yet; remove the LoRA settings to train full weights, or use the"
-      " 'tunix' backend.",
+      message=f"engine={engine!r} with a LoRA actor: mcjax publishes only the"
+      " adapters, which this engine cannot apply yet (its weight mapping"
+      " does not merge them). Use one of"
+      f" {list(LORA_ENGINES)} for LoRA actors, or train full weights.",
       error=NotImplementedError,
   )
 
@@ -139,10 +298,24 @@ def disjoint_role(role: str, *, cause: str, fix: str) -> Problem:
   )
 
 
+def batch_axes(data_sharding_axis: Sequence[Any]) -> tuple[str, ...]:
+  """The mesh axes the batch (leading) dimension is split over.
+
+  Accepts mcjax's flat form ("data", "fsdp") and Tunix's per-dimension form
+  (("data", "fsdp"),), which Tunix's shard_input reads as
+  PartitionSpec(("data", "fsdp")): the one way to split the batch over two
+  axes that the stock backend honours too.
+  """
+  axes = tuple(data_sharding_axis)
+  if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+    return tuple(axes[0])
+  return axes
+
+
 def data_sharding_axes(
-    axes: Sequence[str], mesh_axes: Sequence[str], *, prefix: str = ""
+    axes: Sequence[Any], mesh_axes: Sequence[str], *, prefix: str = ""
 ) -> Problem | None:
-  missing = [a for a in axes if a not in mesh_axes]
+  missing = [a for a in batch_axes(axes) if a not in mesh_axes]
   if not missing:
     return None
   return Problem(
@@ -179,7 +352,9 @@ def sequence_packing(
 def mesh_layout(
     shape: Sequence[int], *, num_hosts: int, devices_per_host: int | None
 ) -> tuple[int | None, Problem | None]:
-  """The actor mesh as `runtime.global_mesh` builds it: (fsdp, tp), by host.
+  """The actor mesh as `runtime.global_mesh` builds it, by host.
+
+  (fsdp, tp), or hsdp's (data, fsdp, tp) with data = hosts.
 
   Args:
     shape: `actor_model_config.mesh.shape`.
@@ -193,10 +368,27 @@ def mesh_layout(
   shape = tuple(shape)
   total = math.prod(shape)
   where = f"actor_model_config.mesh.shape={shape}"
+  if len(shape) == 3:
+    # hsdp: (data, fsdp, tp) with data = hosts (runtime.global_mesh kind).
+    if shape[0] != num_hosts:
+      return devices_per_host, Problem(
+          message=f"{where}: a 3-axis (data, fsdp, tp) mesh is hsdp and its"
+          f" data axis must equal the {num_hosts} hosts; use shape="
+          f"'({num_hosts},F,T)' with F x T = the devices of one host.",
+      )
+    if devices_per_host is None:
+      devices_per_host = shape[1] * shape[2]
+    if shape[1] * shape[2] != devices_per_host:
+      return devices_per_host, Problem(
+          message=f"{where}: fsdp x tp = {shape[1] * shape[2]} must equal the"
+          f" {devices_per_host} devices of a host.",
+      )
+    return devices_per_host, None
   if len(shape) != 2:
     return devices_per_host, Problem(
         message=f"{where}: mcjax needs a 2-axis (fsdp, tp) mesh, e.g."
-        " shape='(8,1)' axis_names=\"('fsdp','tp')\".",
+        " shape='(8,1)' axis_names=\"('fsdp','tp')\", or a 3-axis hsdp"
+        " (data, fsdp, tp) mesh with data = hosts.",
     )
   if devices_per_host is None:
     if total % num_hosts:
@@ -217,6 +409,140 @@ def mesh_layout(
         " devices of a host (a tp group may not span hosts).",
     )
   return devices_per_host, None
+
+
+# --- mesh choice: fsdp or hsdp, from the model's dimensions ------------------
+
+# `--mesh` values: "auto" picks fsdp when it divides the model, else hsdp.
+MESH_KINDS = ("auto", "fsdp", "hsdp")
+# Axis names of each mesh kind (runtime.global_mesh builds them). hsdp's
+# "data" axis runs across hosts (MaxText's dcn_data_parallelism, PyTorch's
+# HSDP replica groups); "fsdp" and "tp" stay within a host.
+DATA_AXIS = "data"
+MESH_AXIS_NAMES = {"fsdp": ("fsdp", "tp"), "hsdp": (DATA_AXIS, "fsdp", "tp")}
+# The batch axes (training_config.data_sharding_axis) of each kind.
+BATCH_AXES = {"fsdp": ("fsdp",), "hsdp": (DATA_AXIS, "fsdp")}
+# Model widths Tunix's default Qwen3 ShardingConfig splits over each axis
+# (qwen3 model.py ShardingConfig.get_default_sharding: weights' embed dim
+# over "fsdp"; heads, MLP width, norms and vocab over "tp").
+FSDP_DIMS = ("embed_dim",)
+TP_DIMS = ("num_heads", "num_kv_heads", "hidden_dim", "embed_dim",
+           "vocab_size")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshChoice:
+  """The trainer mesh a job runs on.
+
+  Attributes:
+    kind: "fsdp" (one fsdp axis over every device) or "hsdp" (data across
+      hosts x fsdp within a host).
+    shape: The global mesh shape, one entry per axis name.
+    axis_names: `MESH_AXIS_NAMES[kind]`.
+    batch_axes: The mesh axes the batch is split over.
+    reason: Why "auto" chose hsdp; None otherwise.
+  """
+
+  kind: str
+  shape: tuple[int, ...]
+  axis_names: tuple[str, ...]
+  batch_axes: tuple[str, ...]
+  reason: str | None = None
+
+  def __post_init__(self):
+    if self.kind not in MESH_AXIS_NAMES:
+      raise ValueError(f"kind must be 'fsdp' or 'hsdp', got {self.kind!r}.")
+    if len(self.shape) != len(self.axis_names):
+      raise ValueError(f"shape {self.shape} does not fit {self.axis_names}.")
+
+  def describe(self) -> str:
+    return f"{self.kind} mesh " + " x ".join(
+        f"{n}={s}" for n, s in zip(self.axis_names, self.shape))
+
+
+def _mesh_of(kind: str, num_hosts: int, devices_per_host: int,
+             tp: int) -> MeshChoice:
+  if kind == "fsdp":
+    shape = (num_hosts * devices_per_host // tp, tp)
+  else:
+    shape = (num_hosts, devices_per_host // tp, tp)
+  return MeshChoice(kind=kind, shape=shape, axis_names=MESH_AXIS_NAMES[kind],
+                    batch_axes=BATCH_AXES[kind])
+
+
+def _indivisible(dims: Mapping[str, int], mesh: MeshChoice) -> str | None:
+  """The first model width the mesh cannot split evenly, as a phrase."""
+  sizes = dict(zip(mesh.axis_names, mesh.shape))
+  for axis, names in (("fsdp", FSDP_DIMS), ("tp", TP_DIMS)):
+    for name in names:
+      value = dims.get(name)
+      if value is not None and value % sizes[axis]:
+        return (f"{name}={value} does not divide over the {sizes[axis]}"
+                f" devices of the {axis!r} axis ({mesh.describe()})")
+  return None
+
+
+def choose_mesh(
+    dims: Mapping[str, int],
+    *,
+    num_hosts: int,
+    devices_per_host: int,
+    tp: int = 1,
+    mesh: str = "auto",
+) -> tuple[MeshChoice | None, Problem | None]:
+  """The trainer mesh for a model; needs no devices (call before hosts start).
+
+  Args:
+    dims: The model's widths by ModelConfig name (embed_dim, hidden_dim,
+      num_heads, num_kv_heads, vocab_size); missing ones are not checked.
+    num_hosts: Hosts in the job.
+    devices_per_host: Devices per host.
+    tp: Tensor-parallel size (within a host).
+    mesh: "fsdp", "hsdp" or "auto" (fsdp if it divides the model, else hsdp).
+
+  Returns:
+    (the mesh, None), or (None, the problem: the width that does not divide
+    and a mesh that works, where one exists).
+  """
+  if mesh not in MESH_KINDS:
+    return None, Problem(message=f"mesh={mesh!r} must be one of {MESH_KINDS}.")
+  if num_hosts < 1 or devices_per_host < 1:
+    return None, Problem(
+        message=f"num_hosts={num_hosts} and devices_per_host="
+        f"{devices_per_host} must be >= 1.")
+  if tp < 1 or devices_per_host % tp:
+    return None, Problem(
+        message=f"tp={tp} must divide the {devices_per_host} devices of a"
+        " host (a tp group may not span hosts).")
+  kinds = ("fsdp", "hsdp") if mesh == "auto" else (mesh,)
+  first_error = None
+  for kind in kinds:
+    candidate = _mesh_of(kind, num_hosts, devices_per_host, tp)
+    error = _indivisible(dims, candidate)
+    if error is None:
+      if mesh == "auto" and kind == "hsdp":
+        candidate = dataclasses.replace(
+            candidate, reason=f"plain fsdp fails: {first_error}; hsdp keeps"
+            " parameters sharded within a host and replicated across hosts")
+      return candidate, None
+    first_error = first_error or error
+  # Suggest a mesh that works: either kind, any tp dividing a host.
+  for kind in ("fsdp", "hsdp"):
+    for other_tp in range(1, devices_per_host + 1):
+      if devices_per_host % other_tp:
+        continue
+      candidate = _mesh_of(kind, num_hosts, devices_per_host, other_tp)
+      if _indivisible(dims, candidate) is None:
+        flag = f"--mesh={kind}" + (f" with tp={other_tp}" if other_tp != tp
+                                   else "")
+        return None, Problem(
+            message=f"mesh={mesh!r} cannot shard this model: {first_error}."
+            f" Use {flag} ({candidate.describe()}).")
+  return None, Problem(
+      message=f"mesh={mesh!r} cannot shard this model: {first_error}; no"
+      f" fsdp/hsdp mesh of {num_hosts} hosts x {devices_per_host} devices"
+      " divides it. Use a devices_per_host that divides the model's widths"
+      f" ({', '.join(f'{k}={v}' for k, v in sorted(dims.items()))}).")
 
 
 # --- the cluster's view: objects ----------------------------------------------
@@ -247,7 +573,6 @@ def check_cluster(
   """
   # pylint: disable=g-import-not-at-top
   from flax import nnx
-  from tunix.sft import utils as sft_utils
   from tunix_mcjax import compat
   from tunix_mcjax import runtime
   # pylint: enable=g-import-not-at-top
@@ -258,10 +583,7 @@ def check_cluster(
       unsupported_role(f"a {name} model").raise_()
   if not isinstance(actor, nnx.Module):
     raise TypeError("mcjax needs the actor as an nnx.Module.")
-  _raise_first(
-      lora(sft_utils.is_lora_enabled(actor)),
-      offload_to_cpu(cfg.offload_to_cpu),
-  )
+  _raise_first(offload_to_cpu(cfg.offload_to_cpu))
   r2m = cfg.role_to_mesh
   mesh = r2m.get(compat.Role.ACTOR)
   if mesh is None:
@@ -297,7 +619,11 @@ def per_host_training_config(tc: Any, num_hosts: int) -> Any:
     num_hosts: Hosts in the job.
 
   Returns:
-    The copy; each knob of GLOBAL_BATCH_KNOBS divided by `num_hosts`.
+    The copy; each knob of GLOBAL_BATCH_KNOBS divided by `num_hosts`, and
+    data_sharding_axis in Tunix's per-dimension form ((axes...),) so that
+    Tunix's own shard_input splits the batch as `batch_axes` does (e.g.
+    ("data", "fsdp") of an hsdp mesh, which it would otherwise read as
+    batch over "data" and sequence over "fsdp").
 
   Raises:
     ValueError: A knob does not divide over the hosts.
@@ -308,6 +634,9 @@ def per_host_training_config(tc: Any, num_hosts: int) -> Any:
     _raise_first(global_batch(f"training_config.{name}", value, num_hosts))
     if value is not None:
       setattr(local, name, value // num_hosts)
+  axes = batch_axes(tc.data_sharding_axis)
+  if len(axes) > 1:
+    local.data_sharding_axis = (axes,)
   return local
 
 
@@ -343,6 +672,8 @@ def check_job(
     separate_roles: Iterable[tuple[str, str]] = (),
     mesh_shape: Sequence[int] | None = None,
     mesh_axis_names: Sequence[str] | None = None,
+    engine: str | None = None,
+    balance_by_length: bool = False,
 ) -> JobCheck:
   """Checks Tunix's parsed GRPO config against every rule; uses no device.
 
@@ -356,16 +687,32 @@ def check_job(
     mesh_shape: `actor_model_config.mesh.shape`; None when it did not parse
       (the caller reports why).
     mesh_axis_names: `actor_model_config.mesh.axis_names`, likewise.
+    engine: The mcjax engine named explicitly (the CLI's --engine); None
+      takes it from `rollout_engine` (Tunix's meaning of the name).
+    balance_by_length: Whether O3 (balance_admission) is on.
 
   Returns:
     The devices per host and the problems found.
   """
   training = config.get("rl_training_config") or {}
   actor_cfg = config.get("actor_model_config") or {}
+  grpo = config.get("grpo_config") or {}
   problems = [
       training_mode(config.get("training_mode", "grpo")),
       rollout_engine(
           config.get("rollout_engine") or VANILLA_ENGINE, engine_names
+      ) if engine is None else (
+          None if engine in engine_names else Problem(
+              message=f"--engine={engine!r} is not an mcjax engine; use one"
+              f" of {list(engine_names)}."
+          )
+      ),
+      balanced_micro_batches(
+          balance_by_length=balance_by_length,
+          loss_agg_mode=grpo.get("loss_agg_mode", "sequence-mean-token-mean"),
+          micro_batch_size=training.get("train_micro_batch_size"),
+          mini_batch_size=training.get("mini_batch_size"),
+          prefix="grpo_config.",
       ),
       offload_to_cpu(bool(config.get("offload_to_cpu"))),
       *(
@@ -373,10 +720,7 @@ def check_job(
           for role in UNSUPPORTED_ROLES
           if f"{role}_model_config" in config
       ),
-      lora(
-          bool(actor_cfg.get("lora_config")),
-          cause="actor_model_config.lora_config is set",
-      ),
+      *_lora_job(actor_cfg.get("lora_config"), engine, config),
   ]
   for role, key in separate_roles:
     problems.append(
@@ -415,3 +759,25 @@ def check_job(
       devices_per_host=devices_per_host,
       problems=tuple(p.message for p in problems if p is not None),
   )
+
+
+def _lora_job(
+    lora_config: Mapping[str, Any] | None,
+    engine: str | None,
+    config: Mapping[str, Any],
+) -> list[Problem | None]:
+  """The LoRA rules on Tunix's `actor_model_config.lora_config`."""
+  if not lora_config:
+    return []
+  if engine is None:
+    engine = config.get("rollout_engine") or VANILLA_ENGINE
+    engine = "native" if engine == VANILLA_ENGINE else engine
+  return [
+      lora_settings(
+          lora_config.get("rank"),
+          lora_config.get("alpha"),
+          lora_config.get("module_path"),
+          prefix="actor_model_config.lora_config.",
+      ),
+      lora_engine(engine, True),
+  ]

@@ -36,6 +36,8 @@ EQUIVALENCE_FLAGS = (
     "--steps=2", "--batch_size=4", "--num_generations=4",
     "--max_new_tokens=6", "--beta=0.04", "--seed=3", "--learning_rate=1e-2",
 )
+# An evaluation pass before every step (tests/test_eval_equivalence.py).
+EVAL_FLAGS = ("--eval_every=1", "--eval_batches=1")
 
 
 def run_example(out: pathlib.Path, *args: str,

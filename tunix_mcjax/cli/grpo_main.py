@@ -41,8 +41,8 @@ differs between backends:
   Tunix's dataset (after its prompt-length filtering) is dealt to the hosts by
   `cluster.shard_dataset`, full batches only (see `data`), so every host runs
   the same number of steps with global batch / hosts prompts each. Configs
-  mcjax cannot honour (`tunix_mcjax.support`: disjoint role meshes, LoRA
-  actors, engines without a host-local mcjax version, agentic mode, batch
+  mcjax cannot honour (`tunix_mcjax.support`: disjoint role meshes, invalid
+  LoRA settings, engines without a host-local mcjax version, agentic mode, batch
   sizes that do not divide over the hosts, ...) fail before any host starts.
   Without a detected cluster the command re-runs itself as --num_hosts local
   processes (`launch.relaunch_as_local_hosts`).
@@ -69,7 +69,8 @@ does. It is a test and comparison mode, not part of the stock behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+import contextlib
 import dataclasses
 import functools
 import math
@@ -133,6 +134,46 @@ _PLACEMENT_INVARIANT = flags.DEFINE_bool(
     "tunix backend only, for comparisons with mcjax: sample with the mcjax"
     " native engine and per-row keys, and drop a final partial batch. Off:"
     " the stock engine named by `rollout_engine`.",
+)
+_ENGINE = flags.DEFINE_string(
+    "engine",
+    None,
+    "mcjax only: the mcjax rollout engine by registered name (native, vllm ="
+    " PyTorch vLLM, vllm_tpu). Default: `rollout_engine` in Tunix's meaning"
+    " (vanilla = native; Tunix's vllm and sglang_jax are refused, naming the"
+    " engine to pass here).",
+)
+_PROFILE = flags.DEFINE_enum(
+    "profile",
+    None,
+    ["base", "optimized"],
+    "mcjax only: host-side optimizations; base = O1-O4 off, optimized = all"
+    " on; unset = the backend's defaults (only O4 on). The switches below"
+    " override it.",
+)
+_ASYNC_METRICS = flags.DEFINE_boolean(
+    "async_metrics", None,
+    "mcjax only, O1: export metrics on a background thread.",
+)
+_FREEZE_GC = flags.DEFINE_boolean(
+    "freeze_gc", None,
+    "mcjax only, O2: gc.freeze() after warm-up; no full collect per step.",
+)
+_BALANCE_ADMISSION = flags.DEFINE_boolean(
+    "balance_admission", None,
+    "mcjax only, O3: deal prompts to hosts balanced by prompt length.",
+)
+_PUBLISH_IN_ONE_CALL = flags.DEFINE_boolean(
+    "publish_in_one_call", None,
+    "mcjax only, O4: publish all weights in one call (else one per"
+    " parameter).",
+)
+_RUN_EVAL = flags.DEFINE_bool(
+    "run_eval",
+    False,
+    "Evaluate on Tunix's test split (the batches after `train_fraction`,"
+    " every `eval_every_n_steps`), under either backend; Tunix's own"
+    " grpo_main discards that split. Off: stock behaviour.",
 )
 
 
@@ -204,6 +245,8 @@ def check_mcjax_config(
       separate_roles=separate,
       mesh_shape=shape,
       mesh_axis_names=names,
+      engine=pipeline.options.engine,
+      balance_by_length=pipeline.options.optimizations().balance_admission,
   )
   problems = [*unreadable, *check.problems]
   if problems:
@@ -240,6 +283,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     self.options = options
     self.rl_cluster: Any = None
     self._admission: Any = None
+    # --run_eval: the test split (dealt like the training batches where
+    # those are), and the comparison mode's evaluation admission.
+    self._eval_ds: Any = None
+    self._eval_admission: Any = None
     super().__init__(argv, **kwargs)
 
   @property
@@ -260,7 +307,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
     shape, names = self.parse_mesh_config("actor_model_config")
-    mesh = runtime.global_mesh(tp=shape[-1], axis_names=names)
+    # A 3-axis (data, fsdp, tp) mesh is hybrid sharding: data = hosts.
+    mesh = runtime.global_mesh(
+        tp=shape[-1], axis_names=names,
+        kind="hsdp" if len(shape) == 3 else "fsdp")
     if tuple(mesh.devices.shape) != tuple(shape):
       raise ConfigError(
           f"actor_model_config.mesh.shape={shape} but this job's"
@@ -332,12 +382,21 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
             num_hosts=1, host_index=0, num_generations=self._num_generations
         )
     )
+    # Test-split rows: their own ledger and identities, as under mcjax.
+    self._eval_admission = admission_lib.Admission(
+        admission_lib.AdmissionConfig(
+            num_hosts=1, host_index=0, num_generations=self._num_generations
+        )
+    )
+    self._row_ids = admission_lib.TrainEvalRowIds(
+        self._admission.ledger, self._eval_admission.ledger
+    )
     return dataclasses.replace(
         cluster_config,
         rollout_engine=functools.partial(
             ENGINES.get("native"),
             context=EngineContext(
-                row_ids=self._admission.row_ids, reshard_on_update=True
+                row_ids=self._row_ids, reshard_on_update=True
             ),
         ),
     )
@@ -365,6 +424,11 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         )
     elif self.options.metrics_out:
       StockStepRecorder(cluster, self.options.metrics_out, self._admission)
+    if (self.options.backend != "mcjax"
+        and self.options.placement_invariant_sampling):
+      from tunix_mcjax import admission as admission_lib  # pylint: disable=g-import-not-at-top
+
+      admission_lib.route_eval_generate(cluster, self._row_ids)
     self.rl_cluster = cluster
     return cluster
 
@@ -376,13 +440,13 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     return fns if clock is None else telemetry.timed_reward_fns(fns, clock)
 
   def run_grpo_trainer(self):
-    if not self.options.deals_prompts:
+    if not (self.options.deals_prompts or self.options.run_eval):
       return super().run_grpo_trainer()
     mode = self.config.get("training_mode", "grpo")
     if mode != "grpo":
       raise ConfigError(
-          f"training_mode={mode!r} cannot deal prompts over hosts; use"
-          " training_mode=grpo."
+          f"training_mode={mode!r} cannot deal prompts over hosts or run"
+          " --run_eval; use training_mode=grpo."
       )
     real = tunix_cli.pipeline_module("data_lib")
     with tunix_cli.replaced_calls(
@@ -391,6 +455,9 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
                 self._post_init_dataset, real.post_init_dataset
             )
         }
+    ), (
+        tunix_cli.learner_with_eval(_LazyIterable(lambda: self._eval_ds))
+        if self.options.run_eval else contextlib.nullcontext()
     ):
       return super().run_grpo_trainer()
 
@@ -411,19 +478,37 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     return model, tokenizer_config["tokenizer_path"]
 
   def _create_mcjax_cluster(self, **kwargs: Any):
-    # pylint: disable=g-import-not-at-top
-    import tunix_mcjax
-    from tunix_mcjax import cluster as cluster_lib
-    # pylint: enable=g-import-not-at-top
+    import tunix_mcjax  # pylint: disable=g-import-not-at-top
 
     return tunix_mcjax.create_rl_cluster(
-        "mcjax",
-        options=cluster_lib.McJaxOptions(metrics_out=self.options.metrics_out),
-        **kwargs,
+        "mcjax", options=self.mcjax_options(), **kwargs
+    )
+
+  def mcjax_options(self) -> Any:
+    """The mcjax cluster's `McJaxOptions` from this command line."""
+    from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+
+    return cluster_lib.McJaxOptions(
+        metrics_out=self.options.metrics_out,
+        engine=self.options.engine,
+        optimizations=self.options.optimizations(),
     )
 
   def _post_init_dataset(self, real_post_init, dataset, tokenizer, **kwargs):
     train, rest = real_post_init(dataset, tokenizer, **kwargs)
+    if self.options.run_eval:
+      if rest is None:
+        raise ConfigError(
+            "--run_eval needs a test split: set train_fraction below 1 (the"
+            " batches after it are the test split)."
+        )
+      self._eval_ds = rest
+      if self.options.deals_prompts:
+        self._eval_ds = data.DealtDataset(
+            rest, batch_size=kwargs["batch_size"], deal=self._deal_eval
+        )
+    if not self.options.deals_prompts:
+      return train, rest
     return (
         data.DealtDataset(
             train, batch_size=kwargs["batch_size"], deal=self._deal
@@ -431,15 +516,38 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         rest,
     )
 
+  def _deal_eval(self, global_batches):
+    """This host's share of each global test batch, with eval row ids."""
+    if self.rl_cluster is None:
+      raise RuntimeError("The dataset was iterated before the cluster exists.")
+    if self.options.backend == "mcjax":
+      return self.rl_cluster.shard_eval_dataset(
+          global_batches, num_generations=self._num_generations
+      )
+    return self._eval_admission.shard_eval(global_batches)
+
   def _deal(self, global_batches):
     """This host's share of each global batch, with row ids recorded."""
     if self.rl_cluster is None:
       raise RuntimeError("The dataset was iterated before the cluster exists.")
     if self.options.backend == "mcjax":
       return self.rl_cluster.shard_dataset(
-          global_batches, num_generations=self._num_generations
+          global_batches, num_generations=self._num_generations,
+          loss_agg_mode=(self.config.get("grpo_config") or {}).get(
+              "loss_agg_mode", "sequence-mean-token-mean"),
       )
     return self._admission.shard(global_batches)
+
+
+class _LazyIterable:
+  """Iterates what `get()` returns at iteration time (the test split exists
+  only once Tunix's `_run` has built its datasets)."""
+
+  def __init__(self, get: Callable[[], Iterable[Any]]):
+    self._get = get
+
+  def __iter__(self) -> Iterator[Any]:
+    return iter(self._get())
 
 
 # --- entry point --------------------------------------------------------------
@@ -510,13 +618,25 @@ def _main_host(argv: list[str], options: CliOptions) -> None:
   _run_pipeline(argv, options)
 
 
+def options_from_flags() -> CliOptions:
+  """This entry point's options from its parsed flags; ConfigError if bad."""
+  return CliOptions(
+      backend=_BACKEND.value,
+      metrics_out=_METRICS_OUT.value,
+      placement_invariant_sampling=_PLACEMENT_INVARIANT.value,
+      engine=_ENGINE.value,
+      profile=_PROFILE.value,
+      async_metrics=_ASYNC_METRICS.value,
+      freeze_gc=_FREEZE_GC.value,
+      balance_admission=_BALANCE_ADMISSION.value,
+      publish_in_one_call=_PUBLISH_IN_ONE_CALL.value,
+      run_eval=_RUN_EVAL.value,
+  )
+
+
 def main(argv: Sequence[str]) -> None:
   try:
-    options = CliOptions(
-        backend=_BACKEND.value,
-        metrics_out=_METRICS_OUT.value,
-        placement_invariant_sampling=_PLACEMENT_INVARIANT.value,
-    )
+    options = options_from_flags()
   except ConfigError as e:
     _fail(str(e))
   try:

@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import tunix_mcjax
+from tunix_mcjax import host_optimizations
 
 # The stock backend, the default; the others as the registry lists them.
 DEFAULT_BACKEND = "tunix"
@@ -26,6 +28,10 @@ BACKENDS = (
     DEFAULT_BACKEND,
     *(n for n in tunix_mcjax.backend_names() if n != DEFAULT_BACKEND),
 )
+
+
+# The O1-O4 switches, as the example's flags and `HostOptimizations` name them.
+MCJAX_SWITCHES = host_optimizations.SWITCHES
 
 
 class ConfigError(ValueError):
@@ -41,11 +47,28 @@ class CliOptions:
     metrics_out: JSONL file of per-step records, or None.
     placement_invariant_sampling: tunix backend only; see
       `tunix_mcjax.cli.grpo_main`.
+    run_eval: pass Tunix's test split (the rest after `train_fraction`) to
+      the learner as eval_ds, under either backend (stock `grpo_main`
+      discards it); off: stock behaviour.
+    engine: mcjax only: the mcjax engine by registered name (e.g. "native",
+      "vllm" = PyTorch vLLM, "vllm_tpu"); None takes Tunix's
+      `rollout_engine` in Tunix's meaning (`support.rollout_engine`).
+    profile: mcjax only: host-side optimizations profile ("base",
+      "optimized"; None: the backend's defaults).
+    async_metrics, freeze_gc, balance_admission, publish_in_one_call: mcjax
+      only: O1-O4 switches overriding the profile (None: the profile's).
   """
 
   backend: str = DEFAULT_BACKEND
   metrics_out: str | None = None
   placement_invariant_sampling: bool = False
+  run_eval: bool = False
+  engine: str | None = None
+  profile: str | None = None
+  async_metrics: bool | None = None
+  freeze_gc: bool | None = None
+  balance_admission: bool | None = None
+  publish_in_one_call: bool | None = None
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
@@ -57,6 +80,26 @@ class CliOptions:
           "--placement_invariant_sampling applies to --backend=tunix only;"
           " mcjax always samples placement-invariantly."
       )
+    mcjax_only = [
+        f"--{name}" for name in ("engine", "profile", *MCJAX_SWITCHES)
+        if getattr(self, name) is not None
+    ]
+    if mcjax_only and self.backend != "mcjax":
+      raise ConfigError(
+          f"{', '.join(mcjax_only)} apply to --backend=mcjax only (the"
+          " tunix backend's engine is rollout_engine, and it has no O1-O4)."
+      )
+    try:
+      self.optimizations()
+    except ValueError as e:
+      raise ConfigError(f"--profile: {e}") from e
+
+  def optimizations(self) -> Any:
+    """The mcjax `HostOptimizations` (O1-O4) these options ask for."""
+    return host_optimizations.from_profile(
+        self.profile,
+        **{name: getattr(self, name) for name in MCJAX_SWITCHES},
+    )
 
   @property
   def deals_prompts(self) -> bool:

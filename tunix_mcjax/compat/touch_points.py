@@ -283,6 +283,21 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         " filtering. Upstream: a dataset hook of GrpoPipeline.",
     ),
     TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline._run",
+        kind="source", needle="grpo_learner.GrpoLearner(",
+        wrapper="compat.tunix_cli.learner_with_eval",
+        why="--run_eval: the learner class `_run` builds is rebound to one"
+        " that passes the test split as eval_ds. Upstream: `_run` passing"
+        " its test split to `train`.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline._run",
+        kind="source", needle="grpo_trainer.train(dataset)",
+        wrapper="compat.tunix_cli.learner_with_eval",
+        why="--run_eval: `_run` trains without the test split (which"
+        " post_init_dataset returns and `_run` discards).",
+    ),
+    TouchPoint(
         module="tunix.cli.grpo_main", attr="model_lib.apply_lora_to_model",
         wrapper="compat.tunix_cli.pipeline_module",
         why="the rest of Tunix's create_model (LoRA) after a local"

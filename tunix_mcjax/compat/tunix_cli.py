@@ -148,6 +148,29 @@ def replaced_calls(
     yield
 
 
+@contextlib.contextmanager
+def learner_with_eval(eval_ds: Any) -> Iterator[None]:
+  """GrpoPipeline's GRPO learner trains with `eval_ds` inside the block.
+
+  Tunix's `_run` builds `grpo_learner.GrpoLearner(...)` and calls
+  `.train(dataset)`, discarding the test split; inside this block that name
+  is a subclass whose `train` passes `eval_ds` (when the caller gave none).
+  """
+  from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
+
+  base = grpo_learner.GrpoLearner
+
+  class _LearnerWithEval(base):
+
+    def train(self, train_ds, eval_ds_=None, skip_jit=False):
+      return super().train(
+          train_ds, eval_ds if eval_ds_ is None else eval_ds_, skip_jit
+      )
+
+  with _rebound(grpo_learner, {"GrpoLearner": _LearnerWithEval}):
+    yield
+
+
 def run_main(argv: Sequence[str], pipeline_cls: Callable[..., Any]) -> None:
   """Tunix's own `main(argv)` with `pipeline_cls` in place of GrpoPipeline."""
   with _rebound(_tunix_grpo_main, {"GrpoPipeline": pipeline_cls}):

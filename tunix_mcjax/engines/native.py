@@ -44,6 +44,7 @@ import numpy as np
 from tunix.generate import sampler as sampler_lib
 from tunix.rl import common
 from tunix.rl.rollout import base_rollout
+from tunix.sft import utils as sft_utils
 
 from tunix_mcjax import compat
 from tunix_mcjax import tree_paths
@@ -418,6 +419,14 @@ class NativeEngine(base.Engine):
     return jax.tree.map(
         lambda _: self._replicated, nnx.state(self.model(), nnx.Param)
     )
+
+  def publication_target(self) -> Any:
+    # A LoRA model (base + adapters, as Tunix's vanilla rollout holds it)
+    # receives only its adapters after the initial model: the base is frozen.
+    model = self.model()
+    if sft_utils.is_lora_enabled(model):
+      return nnx.state(model, nnx.LoRAParam)
+    return nnx.state(model, nnx.Param)
 
   def generate(
       self,

@@ -75,6 +75,7 @@ from tunix.rl.rollout import base_rollout
 from tunix_mcjax import compat
 from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import base
+from tunix_mcjax.engines import lora_merge
 from tunix_mcjax.engines import qwen3_hf
 from tunix_mcjax.engines import vllm_options
 
@@ -214,6 +215,19 @@ class VllmEngine(base.Engine):
     # replicated on the engine mesh (what the publisher all-gathers into).
     params = nnx.state(source, nnx.Param)
     flat = tree_paths.flat_params(params)
+    # A LoRA actor (qwix adapters): vLLM runs merged weights; the adapters
+    # are published and merged here (see `_init_lora`).
+    self._adapted = lora_merge.adapters(flat)
+    lora_flat = {}
+    if self._adapted:
+      lora_paths = {p for t in self._adapted for p in (t.a, t.b)}
+      lora_flat = {p: x for p, x in flat.items() if p in lora_paths}
+      flat = {p: x for p, x in flat.items() if p not in lora_paths}
+      # Before vLLM starts: alpha and rank are not stored in the model.
+      self._lora_scale = lora_merge.scale(
+          getattr(rollout_config, "rollout_vllm_lora_config", None),
+          where="RolloutConfig.rollout_vllm_lora_config",
+      )
     self._mapping.check(flat)
     dtype = self._options.dtype or (
         None if rollout_config is None or rollout_config.data_type is None
@@ -231,7 +245,7 @@ class VllmEngine(base.Engine):
         lambda x: jax.ShapeDtypeStruct(
             x.shape, self._dtype, sharding=self._replicated
         ),
-        params,
+        nnx.state(source, nnx.LoRAParam) if self._adapted else params,
     )
     self._bytes = int(sum(np.prod(s.shape) * self._dtype.itemsize
                           for s in self._expected.values()))
@@ -265,6 +279,11 @@ class VllmEngine(base.Engine):
     self._pending: dict[Any, jax.Array] = {}
     self._embedding_path = ("embedder", "input_embedding")
     self._check_params(flat, allow_reshard=True, subset=False)
+    self._lora_pending: dict[Any, jax.Array] = {}
+    if self._adapted:
+      self._init_lora(flat, lora_flat)
+      flat = {**flat, **lora_merge.merge(
+          self._lora_base, lora_flat, self._adapted, self._lora_scale)}
     self._install(flat, subset=False)
     self.initial_install_stats = self.last_update_stats
     self.last_update_stats = None
@@ -388,6 +407,9 @@ class VllmEngine(base.Engine):
       ValueError: naming the first parameter that is unexpected, missing
         (complete updates), or of the wrong shape, dtype or layout.
     """
+    if self._adapted:
+      self._update_lora(params)
+      return
     flat = tree_paths.flat_params(params)
     complete = set(flat) == set(self._expected)
     self._check_params(flat, allow_reshard=self._reshard_on_update,
@@ -400,6 +422,67 @@ class VllmEngine(base.Engine):
     ready = self._mapping.complete_modules(self._pending)
     if ready:
       self._install({p: self._pending.pop(p) for p in ready}, subset=True)
+
+  def _init_lora(self, flat, lora_flat) -> None:
+    """Keeps what merging the adapters needs, host-local on the engine mesh.
+
+    vLLM (PyTorch) loads LoRA adapters from files only, so the adapters are
+    merged into their base weights here: W + (alpha / rank) * tensordot(A,
+    B) (`lora_merge`). The base weights of every vLLM module an adapter
+    touches (q/k/v and gate/up are packed) stay in JAX on this host; the
+    rest of the frozen base is only in vLLM. alpha and rank are not stored
+    in the model: they come from `rollout_config.rollout_vllm_lora_config`
+    (Tunix's vLLM LoRA setting), e.g. the actor's lora_config.
+    """
+    adapted = {t.weight for t in self._adapted}
+    modules: dict[str, list[Any]] = {}
+    for t in self._mapping.tensors:
+      modules.setdefault(t.vllm_module, []).append(t.src)
+    self._lora_install = [
+        src for group in modules.values()
+        if any(p in adapted for p in group) for src in group
+    ]
+    keep = jax.jit(
+        lambda x: x.astype(self._dtype), out_shardings=self._replicated
+    )
+    with jax.transfer_guard("allow"):
+      self._lora_base = {p: keep(flat[p]) for p in self._lora_install}
+    self._lora_expected = {
+        p: jax.ShapeDtypeStruct(tuple(x.shape), self._dtype)
+        for p, x in lora_flat.items()
+    }
+
+  def _update_lora(self, params: jaxtyping.PyTree) -> None:
+    """Adapters in (all at once, or held until all arrived), merged, and
+    the touched vLLM modules reloaded in one `reload_weights` call."""
+    flat = tree_paths.flat_params(params)
+    for path, x in flat.items():
+      want = self._lora_expected.get(path)
+      if want is None:
+        raise ValueError(
+            f"update_params got {tree_paths.dotted(path)!r}: with a LoRA"
+            " actor the engine takes only its adapters (nnx.LoRAParam)."
+        )
+      if not isinstance(x, jax.Array) or tuple(x.shape) != want.shape:
+        raise ValueError(
+            f"Adapter {tree_paths.dotted(path)!r} must be a jax.Array of"
+            f" shape {want.shape}."
+        )
+      if not self._reshard_on_update and not x.is_fully_addressable:
+        raise ValueError(
+            f"Adapter {tree_paths.dotted(path)!r} is a multi-host global"
+            " array; publish it into publication_target() first."
+        )
+    self._lora_pending.update(flat)
+    if len(self._lora_pending) < len(self._lora_expected):
+      return
+    lora, self._lora_pending = self._lora_pending, {}
+    merged = lora_merge.merge(
+        self._lora_base, lora, self._adapted, self._lora_scale)
+    self._install(
+        {p: merged.get(p, self._lora_base[p]) for p in self._lora_install},
+        subset=True,
+    )
 
   def _install(self, flat: dict[Any, Any], *, subset: bool) -> None:
     t0 = time.perf_counter()
@@ -440,8 +523,9 @@ class VllmEngine(base.Engine):
     )
 
   def _check_complete(self) -> None:
-    if self._pending:
-      names = sorted(tree_paths.dotted(p) for p in self._pending)
+    if self._pending or self._lora_pending:
+      names = sorted(tree_paths.dotted(p)
+                     for p in (*self._pending, *self._lora_pending))
       raise RuntimeError(
           f"Publication is incomplete: parameter {names[0]!r} ({len(names)}"
           " held in all) arrived without the rest of its vLLM module, so"

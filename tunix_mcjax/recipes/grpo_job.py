@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import tunix_mcjax
+from tunix_mcjax import support
 from tunix_mcjax.recipes import tasks
 
 # The registered cluster backends; the registry is the one list of them.
@@ -88,6 +89,31 @@ class GrpoJobConfig:
   # JAX profiler traces of these steps (1-based, counted over all passes).
   trace_steps: tuple[int, ...] = ()
   trace_dir: str | None = None
+  # Gradient accumulation, global prompts as in Tunix's RLTrainingConfig:
+  # one optimizer update per `mini_batch_size` prompts (None: the batch),
+  # accumulated over micro-batches of `micro_batch_size` (None: the
+  # mini-batch). Both must divide over the hosts.
+  mini_batch_size: int | None = None
+  micro_batch_size: int | None = None
+  # Evaluation (Tunix's eval_ds): before every `eval_every`-th optimizer
+  # update (RLTrainingConfig.eval_every_n_steps; None: no evaluation), on
+  # `eval_batches` held-out global batches of `batch_size` prompts
+  # (tasks.eval_dataset_from_spec).
+  eval_every: int | None = None
+  eval_batches: int = 1
+  # Tunix's learner: GRPOLearner, DAPOLearner or DrGRPOLearner; and GRPO's
+  # num_iterations (mu; > 1 takes old log-probs from the rollout engine).
+  learner: str = "grpo"
+  num_iterations: int = 1
+  # LoRA actor, as Tunix's `actor_model_config.lora_config` (rank, alpha,
+  # module_path): None trains full weights. The reference is the base model.
+  lora_rank: int | None = None
+  lora_alpha: float | None = None  # None: equal to lora_rank (scale 1).
+  lora_modules: str = support.DEFAULT_LORA_MODULES
+  # Trainer mesh (support.MESH_KINDS): "fsdp" over every device, "hsdp"
+  # (data-parallel across hosts, fsdp within a host), or "auto": fsdp when
+  # it divides the model's widths, else hsdp (support.choose_mesh).
+  mesh: str = "auto"
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
@@ -120,6 +146,24 @@ class GrpoJobConfig:
         )
     if self.passes < 1:
       raise ValueError(f"passes must be >= 1, got {self.passes}.")
+    if self.eval_every is not None and self.eval_every < 1:
+      raise ValueError(
+          f"eval_every must be >= 1 (or None: no evaluation), got"
+          f" {self.eval_every}."
+      )
+    if self.eval_batches < 1:
+      raise ValueError(f"eval_batches must be >= 1, got {self.eval_batches}.")
+    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+    if self.mesh not in support.MESH_KINDS:
+      raise ValueError(
+          f"mesh must be one of {support.MESH_KINDS}, got {self.mesh!r}."
+      )
+    if self.trainer == "maxtext" and self.mesh == "hsdp":
+      raise ValueError(
+          "mesh='hsdp' is for trainer='tunix'; MaxText builds its own mesh:"
+          " set its dcn_data_parallelism through --maxtext_overrides."
+      )
     # Validates the profile name and the switches.
     self.optimizations()
     if self.trace_steps and not self.trace_dir:
@@ -135,6 +179,86 @@ class GrpoJobConfig:
       raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype}.")
+    if self.lora_rank is None:
+      if self.lora_alpha is not None:
+        raise ValueError("lora_alpha needs lora_rank (the LoRA rank, >= 1).")
+    else:
+      if self.trainer != "tunix":
+        raise ValueError(
+            "LoRA (lora_rank) is applied to Tunix's model with qwix; use"
+            " trainer='tunix'."
+        )
+      for problem in (
+          support.lora_settings(
+              self.lora_rank, self.lora_alpha_value(), self.lora_modules,
+              prefix="lora_",
+              module_path_key="modules",
+          ),
+          support.lora_engine(self.engine, True)
+          if self.backend == "mcjax" else None,
+      ):
+        if problem is not None:
+          problem.raise_()
+    self._check_algorithm()
+
+  def _check_algorithm(self) -> None:
+    """Learner and batch knobs: what Tunix and mcjax can run together."""
+    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+    problem = support.learner(self.learner)
+    if problem is not None:
+      raise ValueError(problem.message.replace("learner=", "--learner="))
+    if self.num_iterations < 1:
+      raise ValueError(
+          f"num_iterations must be >= 1, got {self.num_iterations}."
+      )
+    if self.learner == "dapo" and self.beta != 0.0:
+      raise ValueError(
+          f"--learner=dapo with --beta={self.beta}: DAPO has no KL term"
+          " (Tunix's DAPOConfig requires beta=None); set --beta=0."
+      )
+    if self.micro_batch_size is not None and self.mini_batch_size is None:
+      raise ValueError(
+          "micro_batch_size needs mini_batch_size (as in Tunix's"
+          " RLTrainingConfig); set --mini_batch_size."
+      )
+    mini = self.mini_batch_size or self.batch_size
+    micro = self.micro_batch_size or mini
+    for name, value, whole in (("mini_batch_size", mini, self.batch_size),
+                               ("micro_batch_size", micro, mini)):
+      if value < 1 or whole % value:
+        raise ValueError(f"{name}={value} must be >= 1 and divide {whole}.")
+    if self.backend == "mcjax":
+      problem = support.balanced_micro_batches(
+          balance_by_length=bool(self.optimizations().balance_admission),
+          loss_agg_mode=self.loss_agg_mode(),
+          micro_batch_size=micro, mini_batch_size=mini,
+      )
+      if problem is not None:
+        raise ValueError(problem.message)
+
+  def loss_agg_mode(self) -> str:
+    """The learner's loss aggregation (Tunix's config defaults)."""
+    return {"dapo": "token-mean", "drgrpo": "sequence-mean-token-scale"}.get(
+        self.learner, "sequence-mean-token-mean"
+    )
+
+  def updates_per_batch(self) -> int:
+    """Optimizer updates per global batch (Tunix counts max_steps in them)."""
+    return self.batch_size // (self.mini_batch_size or self.batch_size)
+
+  def lora_alpha_value(self) -> float | None:
+    """LoRA alpha (defaults to the rank); None without LoRA."""
+    if self.lora_rank is None:
+      return None
+    return self.lora_rank if self.lora_alpha is None else self.lora_alpha
+
+  def lora_config(self) -> dict[str, Any] | None:
+    """Tunix's `lora_config` mapping for this job; None without LoRA."""
+    if self.lora_rank is None:
+      return None
+    return {"rank": self.lora_rank, "alpha": float(self.lora_alpha_value()),
+            "module_path": self.lora_modules}
 
   def optimizations(self) -> Any:
     """The mcjax `HostOptimizations` this job asks for."""
@@ -147,6 +271,46 @@ class GrpoJobConfig:
         balance_admission=self.balance_admission,
         publish_in_one_call=self.publish_in_one_call,
     )
+
+
+# The tiny model's widths (models.tiny_qwen3_config defaults; a test keeps
+# them equal), readable without importing jax: the example checks the mesh
+# before any host starts.
+TINY_DIMS = dict(embed_dim=64, hidden_dim=128, num_heads=4, num_kv_heads=2)
+_HF_DIMS = dict(embed_dim="hidden_size", hidden_dim="intermediate_size",
+                num_heads="num_attention_heads",
+                num_kv_heads="num_key_value_heads", vocab_size="vocab_size")
+
+
+def model_dims(cfg: GrpoJobConfig) -> dict[str, int]:
+  """The widths the trainer mesh must divide; {} where unknown (MaxText)."""
+  if cfg.trainer != "tunix":
+    return {}
+  if cfg.model == "tiny":
+    return dict(TINY_DIMS)
+  path = os.path.join(cfg.model, "config.json")
+  if not os.path.isfile(path):
+    return {}  # The loader reports the missing checkpoint.
+  with open(path) as f:
+    hf = json.load(f)
+  return {k: int(hf[v]) for k, v in _HF_DIMS.items() if hf.get(v)}
+
+
+def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
+                devices_per_host: int) -> Any:
+  """The job's `support.MeshChoice`; raises ValueError naming a fix.
+
+  Needs no devices: the example calls it before any host starts.
+  """
+  from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+  choice, problem = support.choose_mesh(
+      model_dims(cfg), num_hosts=num_hosts,
+      devices_per_host=devices_per_host, mesh=cfg.mesh,
+  )
+  if problem is not None:
+    problem.raise_()
+  return choice
 
 
 def _tokenizer(cfg: GrpoJobConfig) -> Any:
@@ -181,8 +345,25 @@ def _build_maxtext(cfg: GrpoJobConfig):
       config, mesh, pad_id=tokenizer.pad_id(), rng_seed=cfg.seed
   )
   actor = make()
-  reference = make() if cfg.beta != 0.0 else None
+  reference = make() if _needs_reference(cfg) else None
   return actor, reference, tokenizer, mesh, config
+
+
+def _hsdp_sharding(shd: Any) -> Any:
+  """Tunix's Qwen3 ShardingConfig with activations' batch over data x fsdp.
+
+  Weights keep their "fsdp" specs (replicated across hosts). The default
+  activation specs put the batch on "fsdp" alone, which on an hsdp mesh
+  would replicate activations across hosts (Tunix applies them on
+  accelerators only; on CPU they are no-ops).
+  """
+  batch = ("data", "fsdp")
+  return dataclasses.replace(
+      shd,
+      act_btd=(batch, *shd.act_btd[1:]),
+      act_btf=(batch, *shd.act_btf[1:]),
+      act_btnh=(batch, *shd.act_btnh[1:]),
+  )
 
 
 def _build_models(cfg: GrpoJobConfig, mesh):
@@ -197,17 +378,60 @@ def _build_models(cfg: GrpoJobConfig, mesh):
 
     # An engine may need a different tiny shape (vLLM's CPU attention has no
     # head_dim 16 kernel); it says so in `tiny_model_overrides`.
-    model_cfg = models.tiny_qwen3_config(
-        **getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {})
-    )
+    overrides = dict(
+        getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {}))
+    if "data" in mesh.axis_names:
+      overrides["shd_config"] = _hsdp_sharding(
+          models.tiny_qwen3_config().shd_config)
+    model_cfg = models.tiny_qwen3_config(**overrides)
     make = lambda: models.create_tiny_model(model_cfg, seed=cfg.seed, mesh=mesh)
     actor, tokenizer = make(), _tokenizer(cfg)
   else:
     make = lambda: models.load_hf_qwen3(cfg.model, mesh=mesh, dtype=dtype)[0]
     actor, tokenizer, _ = models.load_hf_qwen3(
         cfg.model, mesh=mesh, dtype=dtype)
-  reference = make() if cfg.beta != 0.0 else None
+  reference = make() if _needs_reference(cfg) else None
+  if cfg.lora_rank is not None:
+    # As Tunix's CLI (grpo_main): the reference is the base model and the
+    # actor is that model with qwix LoRA adapters (Tunix's own helper).
+    from tunix.cli.utils import model as tunix_model_lib  # pylint: disable=g-import-not-at-top
+
+    if reference is not None:
+      reference = actor
+    actor = tunix_model_lib.apply_lora_to_model(actor, mesh, cfg.lora_config())
   return actor, reference, tokenizer
+
+
+def _needs_reference(cfg: GrpoJobConfig) -> bool:
+  # Tunix's learner asks for reference log-probs whenever `beta != 0.0`,
+  # which DAPO's `beta=None` is (its loss then ignores them).
+  return cfg.beta != 0.0 or cfg.learner == "dapo"
+
+
+def _learner(cfg: GrpoJobConfig, cluster: Any, reward_fns: Any) -> Any:
+  """Tunix's learner named by `cfg.learner`, configured as stock."""
+  # pylint: disable=g-import-not-at-top
+  from tunix.rl.grpo import dapo_learner
+  from tunix.rl.grpo import drgrpo_learner
+  from tunix.rl.grpo import grpo_learner
+  # pylint: enable=g-import-not-at-top
+
+  common = dict(num_generations=cfg.num_generations,
+                num_iterations=cfg.num_iterations, epsilon=cfg.epsilon)
+  if cfg.learner == "dapo":
+    # Tunix's defaults otherwise (epsilon_high, overlong reward shaping).
+    return dapo_learner.DAPOLearner(
+        rl_cluster=cluster, algo_config=dapo_learner.DAPOConfig(**common),
+        reward_fns=list(reward_fns))
+  if cfg.learner == "drgrpo":
+    return drgrpo_learner.DrGRPOLearner(
+        rl_cluster=cluster,
+        algo_config=drgrpo_learner.DrGRPOConfig(beta=cfg.beta, **common),
+        reward_fns=reward_fns)
+  return grpo_learner.GRPOLearner(
+      rl_cluster=cluster,
+      algo_config=grpo_learner.GRPOConfig(beta=cfg.beta, **common),
+      reward_fns=reward_fns)
 
 
 def run(cfg: GrpoJobConfig) -> dict[str, Any]:
@@ -216,7 +440,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
 
   info = runtime.initialize()
   import optax  # pylint: disable=g-import-not-at-top
-  from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
   import tunix_mcjax  # pylint: disable=g-import-not-at-top
@@ -237,6 +460,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     )
   engine_model = None
   axis_rules = None
+  batch_sharding = {}
   if cfg.trainer == "maxtext":
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
     from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
@@ -248,14 +472,32 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     rules = maxtext_models.logical_axis_rules(mt_config)
     axis_rules = {compat.Role.ACTOR: rules, compat.Role.REFERENCE: rules}
   else:
-    mesh = runtime.global_mesh()
+    import jax  # pylint: disable=g-import-not-at-top
+
+    choice = choose_mesh(cfg, num_hosts=info.process_count,
+                         devices_per_host=jax.local_device_count())
+    if choice.reason and info.process_index == 0:
+      print(f"[grpo] mesh: {choice.describe()} ({choice.reason})",
+            flush=True)
+    mesh = runtime.global_mesh(kind=choice.kind)
     actor, reference, tokenizer = _build_models(cfg, mesh)
+    if choice.kind == "hsdp":
+      # Tunix's shard_input reads this as PartitionSpec(("data", "fsdp")):
+      # the batch splits over hosts and their devices; parameters (sharded
+      # over "fsdp" only) stay replicated across hosts.
+      batch_sharding = dict(data_sharding_axis=(choice.batch_axes,))
   batches, reward_fns = tasks.dataset_from_spec(
       cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.steps,
       seed=cfg.seed,
   )
   batches = list(batches) * cfg.passes
   total_steps = cfg.steps * cfg.passes
+  eval_batches = None
+  if cfg.eval_every is not None:
+    eval_batches = tasks.eval_dataset_from_spec(
+        cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.eval_batches,
+        seed=cfg.seed,
+    )
   recorder = _Recorder(reward_fns) if cfg.dump_dir else None
   if recorder is not None:
     reward_fns = recorder.reward_fns
@@ -268,11 +510,20 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       top_p=cfg.top_p,
       top_k=cfg.top_k,
       seed=cfg.seed,
+      # Tunix's vLLM LoRA setting: the vLLM engine merges the adapters with
+      # this rank and alpha (the model does not store them).
+      rollout_vllm_lora_config=(
+          cfg.lora_config() if cfg.engine == "vllm" else None),
   )
   training_config = compat.RLTrainingConfig(
       actor_optimizer=optax.adam(cfg.learning_rate),
-      eval_every_n_steps=10**9,
-      max_steps=total_steps,
+      eval_every_n_steps=cfg.eval_every or 10**9,
+      # Tunix counts optimizer updates: mini-batches x num_iterations per
+      # global batch.
+      max_steps=total_steps * cfg.updates_per_batch() * cfg.num_iterations,
+      mini_batch_size=cfg.mini_batch_size,
+      train_micro_batch_size=cfg.micro_batch_size,
+      **batch_sharding,
   )
   roles = {compat.Role.ACTOR: mesh, compat.Role.ROLLOUT: mesh,
            compat.Role.REFERENCE: mesh}
@@ -297,7 +548,11 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         ),
         **common,
     )
-    train_ds = cluster.shard_dataset(batches, num_generations=cfg.num_generations)
+    train_ds = cluster.shard_dataset(
+        batches, num_generations=cfg.num_generations,
+        loss_agg_mode=cfg.loss_agg_mode())
+    eval_ds = None if eval_batches is None else cluster.shard_eval_dataset(
+        eval_batches, num_generations=cfg.num_generations)
     stock_recorder = None
     fixes = None
   else:
@@ -315,8 +570,14 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     )
     from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
 
+    # Evaluation prompts: their own ledger and identities, as under mcjax.
+    eval_adm = admission_lib.Admission(
+        admission_lib.AdmissionConfig(
+            num_hosts=1, host_index=0, num_generations=cfg.num_generations),
+    )
+    row_ids = admission_lib.TrainEvalRowIds(adm.ledger, eval_adm.ledger)
     engine_context = engine_base.EngineContext(
-        row_ids=adm.ledger, seed=cfg.seed, reshard_on_update=True)
+        row_ids=row_ids, seed=cfg.seed, reshard_on_update=True)
     fixes = None
     if engine_model is not None:
       # The learner compares actor and engine models (Tunix fix, undone at
@@ -352,24 +613,23 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         cluster, ledger=adm.ledger, metrics_out=cfg.metrics_out
     )
     train_ds = adm.shard(batches)
+    eval_ds = None
+    if eval_batches is not None:
+      admission_lib.route_eval_generate(cluster, row_ids)
+      eval_ds = eval_adm.shard_eval(eval_batches)
+  learner_log = _LearnerMetricsLog() if cfg.dump_dir else None
+  if learner_log is not None:
+    # What Tunix's learner logs itself (rewards/*, completions/*, eval).
+    cluster.with_external_metrics_logger(learner_log)
   # Both clusters expose their step clock: reward scoring is its own phase.
   reward_fns = telemetry.timed_reward_fns(reward_fns, cluster.step_clock)
 
-  learner = grpo_learner.GRPOLearner(
-      rl_cluster=cluster,
-      algo_config=grpo_learner.GRPOConfig(
-          num_generations=cfg.num_generations,
-          num_iterations=1,
-          beta=cfg.beta,
-          epsilon=cfg.epsilon,
-      ),
-      reward_fns=reward_fns,
-  )
+  learner = _learner(cfg, cluster, reward_fns)
   if cfg.dump_dir:
     # Lets tests check that training moved the parameters at all.
     init_params = _gathered_params(cluster.actor_trainer.model)
   t0 = time.perf_counter()
-  learner.train(train_ds)
+  learner.train(train_ds, eval_ds)
   wall = time.perf_counter() - t0
   if stock_recorder is not None:
     stock_recorder.close()
@@ -389,6 +649,18 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     host = info.process_index
     with open(os.path.join(cfg.dump_dir, f"rollouts_host{host}.json"), "w") as f:
       json.dump(recorder.calls, f)
+    if recorder.eval_calls:
+      with open(os.path.join(cfg.dump_dir, f"eval_rollouts_host{host}.json"),
+                "w") as f:
+        json.dump(recorder.eval_calls, f)
+    if host == 0:
+      with open(os.path.join(cfg.dump_dir, "learner_metrics.json"), "w") as f:
+        json.dump(learner_log.entries, f)
+    if cfg.lora_rank is not None:
+      # What this host's engine holds after the last publication: tests
+      # check it has the trained adapters and the untouched base.
+      np.savez(os.path.join(cfg.dump_dir, f"engine_params_host{host}.npz"),
+               **_engine_params(cluster.rollout.model()))
     if host == 0:
       np.savez(os.path.join(cfg.dump_dir, "params.npz"), **params)
       np.savez(os.path.join(cfg.dump_dir, "params_init.npz"), **init_params)
@@ -411,25 +683,66 @@ def _gathered_params(model) -> dict[str, np.ndarray]:
   )
 
 
+def _engine_params(model) -> dict[str, np.ndarray]:
+  """A host-local engine model's parameters as numpy arrays."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+
+  return {
+      k: np.asarray(v) for k, v in publication.flat_by_name(
+          nnx.state(model, nnx.Param)).items()
+  }
+
+
 class _Recorder:
   """Wraps reward functions to record every scored row (tests, debugging)."""
 
   def __init__(self, reward_fns):
     self.calls: list[dict[str, Any]] = []
+    self.eval_calls: list[dict[str, Any]] = []
     fns = reward_fns if isinstance(reward_fns, list) else [reward_fns]
 
     def wrap(fn, first):
       @functools.wraps(fn)
       def wrapped(prompts, completions, **kwargs):
         rewards = fn(prompts, completions, **kwargs)
+        # Tunix passes the learner's mode to reward functions.
+        calls = (self.eval_calls if str(kwargs.get("mode")) == "eval"
+                 else self.calls)
         if first:
-          self.calls.append({"prompts": list(prompts),
-                             "completions": list(completions),
-                             "rewards": [float(r) for r in rewards]})
+          calls.append({"prompts": list(prompts),
+                        "completions": list(completions),
+                        "rewards": [float(r) for r in rewards]})
         else:
-          self.calls[-1]["rewards"] = [
-              a + float(b) for a, b in zip(self.calls[-1]["rewards"], rewards)]
+          calls[-1]["rewards"] = [
+              a + float(b) for a, b in zip(calls[-1]["rewards"], rewards)]
         return rewards
       return wrapped
 
     self.reward_fns = [wrap(f, i == 0) for i, f in enumerate(fns)]
+
+
+class _LearnerMetricsLog:
+  """Tunix's external metrics logger: the values its learner logs.
+
+  One entry per logged buffer: {"mode", "step", "metrics": {name: value}},
+  each value `op(values)` as Tunix's `_log_metrics` computes it (numeric
+  metrics with an op only).
+  """
+
+  def __init__(self):
+    self.entries: list[dict[str, Any]] = []
+
+  def __call__(self, buffer: Any) -> None:
+    values = {}
+    for name, (vals, op) in buffer.metrics.items():
+      if op is None:
+        continue
+      try:
+        arr = np.array(vals)
+      except Exception:  # pylint: disable=broad-except
+        continue
+      if arr.dtype.kind in "biuf" and arr.size:
+        values[name] = float(op(arr))
+    self.entries.append({"mode": str(buffer.mode),
+                         "step": int(buffer.global_steps), "metrics": values})

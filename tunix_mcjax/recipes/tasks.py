@@ -448,6 +448,69 @@ def gsm8k_batches(
 
 
 # ----------------------------------------------------------------------------
+# Evaluation splits.
+
+# The toy task's held-out split: batches drawn with this offset added to the
+# job's seed (a different stream from the training batches').
+TOY_EVAL_SEED_OFFSET = 1_000_003
+
+
+def gsm8k_test_path(train_path: str | os.PathLike[str]) -> pathlib.Path:
+  """GSM8K's test file next to a training file (train.jsonl -> test.jsonl)."""
+  p = pathlib.Path(train_path).expanduser()
+  if "train" not in p.name:
+    raise ValueError(
+        f"Cannot tell the GSM8K test file for {str(p)!r}: its name has no"
+        " 'train' to replace by 'test'; name the training file e.g."
+        " train.jsonl, with test.jsonl next to it."
+    )
+  return p.with_name(p.name.replace("train", "test"))
+
+
+def eval_dataset_from_spec(
+    spec: str, *, batch_size: int, num_batches: int, seed: int
+) -> list[Batch]:
+  """Held-out evaluation batches for "toy" or "gsm8k:PATH".
+
+  Args:
+    spec: As `dataset_from_spec`; "gsm8k:.../train.jsonl" evaluates on the
+      test.jsonl next to it (its first batch_size * num_batches rows, in file
+      order); "toy" on toy batches drawn with seed + TOY_EVAL_SEED_OFFSET.
+    batch_size: Global prompts per evaluation batch.
+    num_batches: Evaluation batches per evaluation pass.
+    seed: The job's dataset seed.
+
+  Returns:
+    The evaluation batches (rewarded by the spec's reward functions).
+  """
+  _check_sizes(batch_size=batch_size, num_batches=num_batches)
+  if spec == "toy":
+    return toy_dataset(num_batches=num_batches, batch_size=batch_size,
+                       seed=seed + TOY_EVAL_SEED_OFFSET)
+  if spec.startswith("gsm8k:"):
+    rows = load_gsm8k(gsm8k_test_path(spec[len("gsm8k:"):]))
+    needed = batch_size * num_batches
+    if len(rows) < needed:
+      raise ValueError(
+          f"The GSM8K test file has {len(rows)} rows, fewer than the"
+          f" {needed} that {num_batches} evaluation batches of {batch_size}"
+          " need; evaluate fewer batches."
+      )
+    return [
+        _batch(
+            [gsm8k_prompt(r["question"]) for r in rows[b * batch_size:
+                                                       (b + 1) * batch_size]],
+            [gsm8k_gold_answer(r["answer"]) for r in rows[b * batch_size:
+                                                          (b + 1) * batch_size]],
+        )
+        for b in range(num_batches)
+    ]
+  raise ValueError(
+      f"Unknown dataset spec {spec!r}; use 'toy' or 'gsm8k:PATH'."
+  )
+
+
+# ----------------------------------------------------------------------------
 # Spec dispatch.
 
 

@@ -1,0 +1,136 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+"""A LoRA actor with vLLM engines under mcjax: 2 simulated hosts x 2 CPUs.
+
+The engines receive only the adapters, merge them into their host-local
+base projections and reload the touched modules; after a GRPO step every
+host's vLLM log-probs equal the LoRA trainer model's (the tolerance of
+test_vllm_multihost.py). Runs only where vLLM is installed (`.venv-vllm`).
+"""
+
+import textwrap
+
+import pytest
+
+import launch_utils
+
+pytestmark = [pytest.mark.vllm, pytest.mark.multihost]
+
+pytest.importorskip("vllm")
+
+_SCRIPT = textwrap.dedent("""
+    import json
+    import numpy as np
+    from tunix_mcjax import runtime
+    info = runtime.initialize()
+    import jax, optax
+    from flax import nnx
+    from jax.experimental import multihost_utils
+    from tunix.cli.utils import model as tunix_model_lib
+    from tunix.rl import common
+    from tunix.rl.grpo import grpo_learner
+    from tunix.rl.rollout import base_rollout
+    import tunix_mcjax
+    from tunix_mcjax import cluster as cluster_lib, compat, support
+    from tunix_mcjax.recipes import models, tasks
+
+    gm = runtime.global_mesh()
+    cfg = models.tiny_qwen3_config(head_dim=32)
+    base = models.create_tiny_model(cfg, seed=4, mesh=gm)
+    lora = {"rank": 4, "alpha": 8.0,
+            "module_path": support.DEFAULT_LORA_MODULES}
+    actor = tunix_model_lib.apply_lora_to_model(base, gm, lora)
+    roles = {compat.Role.ACTOR: gm, compat.Role.ROLLOUT: gm,
+             compat.Role.REFERENCE: gm}
+    cluster = tunix_mcjax.create_rl_cluster(
+        "mcjax", actor=actor, reference=base,
+        tokenizer=models.ToyTokenizer(),
+        cluster_config=compat.ClusterConfig(
+            role_to_mesh=roles, rollout_engine="vllm",
+            training_config=compat.RLTrainingConfig(
+                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=10**9,
+                max_steps=1),
+            rollout_config=base_rollout.RolloutConfig(
+                max_tokens_to_generate=6, max_prompt_length=4,
+                kv_cache_size=16, temperature=1.0, top_p=1.0, seed=0,
+                rollout_vllm_lora_config=lora)),
+        options=cluster_lib.McJaxOptions(engine="vllm", sampling_seed=0,
+                                         log_progress=False))
+    engine = cluster.rollout
+    h = info.process_index
+    prompt = np.array([[1, 5 + h, 6, 7], [1, 9, 8 + h, 7]], np.int32)
+    completion = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13 + h, 14, 15, 4]],
+                          np.int32)
+
+    def trainer_logps():
+      rows = multihost_utils.process_allgather(
+          np.concatenate([prompt, completion], axis=1), tiled=False)
+      rows = np.asarray(rows).reshape(-1, 10)
+      rep = jax.sharding.NamedSharding(gm, jax.sharding.PartitionSpec())
+      g, s = nnx.split(cluster.actor_trainer.model)
+      with gm:
+        logps = common.compute_per_token_logps(
+            g, s,
+            jax.make_array_from_process_local_data(rep, rows[:, :4]),
+            jax.make_array_from_process_local_data(rep, rows[:, 4:]),
+            0, 2)
+      logps = np.asarray(multihost_utils.process_allgather(logps, tiled=True))
+      return logps.reshape(-1, 6)[2 * h:2 * h + 2]
+
+    def engine_logps():
+      return np.asarray(engine.get_per_token_logps(prompt, completion))
+
+    before_engine, before_trainer = engine_logps(), trainer_logps()
+    batches, rewards = tasks.dataset_from_spec(
+        "toy", batch_size=4, num_batches=1, seed=1)
+    learner = grpo_learner.GRPOLearner(
+        rl_cluster=cluster,
+        algo_config=grpo_learner.GRPOConfig(num_generations=4,
+                                            num_iterations=1, beta=0.04),
+        reward_fns=rewards)
+    learner.train(cluster.shard_dataset(batches, num_generations=4))
+    after_engine, after_trainer = engine_logps(), trainer_logps()
+    adapters = nnx.state(cluster.actor_trainer.model, nnx.LoRAParam)
+    adapter_bytes = sum(x.size * x.dtype.itemsize
+                        for x in jax.tree.leaves(adapters))
+    eng = engine.last_update_stats
+    out = dict(
+        host=h, steps=len(cluster.step_records),
+        init_diff=float(np.abs(before_engine - before_trainer).max()),
+        after_diff=float(np.abs(after_engine - after_trainer).max()),
+        engine_change=float(np.abs(after_engine - before_engine).max()),
+        publish_bytes=cluster.step_records[-1]["publish_bytes"],
+        adapter_bytes=int(adapter_bytes),
+        reloaded_tensors=eng.num_tensors)
+    print("RESULT " + json.dumps(out), flush=True)
+    cluster.close()
+""")
+
+
+def test_vllm_engines_hold_the_merged_trained_adapters(tmp_path):
+  out = launch_utils.run_script_on_hosts(_SCRIPT, tmp_path, timeout=400)
+  assert len(out) == 2
+  for host, rec in out.items():
+    assert rec["steps"] == 1, rec
+    # Before and after the step, vLLM's log-probs are the LoRA trainer's.
+    assert rec["init_diff"] < 1e-4, rec
+    assert rec["after_diff"] < 1e-4, rec
+    # The step moved the adapters and the engine followed (not stale).
+    assert rec["engine_change"] > 1e-3, rec
+    # Only the adapters crossed hosts; each of the 2 layers reloaded its
+    # q/k/v/o and gate/up/down projections (the HF tensors of those modules).
+    assert rec["publish_bytes"] == rec["adapter_bytes"], rec
+    assert rec["reloaded_tensors"] == 2 * 7, rec
