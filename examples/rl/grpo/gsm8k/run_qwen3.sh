@@ -24,9 +24,9 @@
 #     jsonl files ($data_dir: train.jsonl, test.jsonl) through Tunix's
 #     `data_source=huggingface` instead of a TFDS download, and the reward
 #     functions by module name (the wheel has no tunix/ source tree);
-#   * no LoRA: the mcjax backend trains full weights only for now (the stock
-#     actor_model_config.lora_config.* lines fail under mcjax with a clear
-#     error; add them back for BACKEND=tunix if you want LoRA);
+#   * no LoRA lines: this copy trains full weights; the stock
+#     actor_model_config.lora_config.* lines work under both backends (mcjax
+#     publishes only the adapters; see docs/engines.md, "LoRA actors");
 #   * mesh, flash attention and the Python interpreter are variables, so the
 #     same script runs on TPU (defaults as stock) and on CPU;
 #   * remat_config defaults to 1 (none) instead of 3: with 3 (DECODER) Tunix
