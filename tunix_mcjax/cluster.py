@@ -499,18 +499,13 @@ class McJaxRLCluster(compat.RLCluster):
   def generate(self, prompts, apply_chat_template=False, mode=Mode.TRAIN,
                micro_batch_size=None, trace_tags=None,
                max_generation_steps=None):
-    if mode == Mode.EVAL:
-      # Rows from the evaluation ledger; not a phase of the training step.
-      with self._row_ids.evaluating():
-        return super().generate(
-            prompts,
-            apply_chat_template=apply_chat_template,
-            mode=mode,
-            micro_batch_size=micro_batch_size,
-            trace_tags=trace_tags,
-            max_generation_steps=max_generation_steps,
-        )
-    with self.step_clock.phase("generate"):
+    # Evaluation rows come from the evaluation ledger and are not a phase of
+    # the training step.
+    scope = (
+        self._row_ids.evaluating() if mode == Mode.EVAL
+        else self.step_clock.phase("generate")
+    )
+    with scope:
       out = super().generate(
           prompts,
           apply_chat_template=apply_chat_template,
