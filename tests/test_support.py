@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The mcjax support rules (tunix_mcjax/support.py), as plain unit tests.
+"""The mcjax support rules (tunix_mcjax/support/), as plain unit tests.
 
 The same rules run in the cluster (tests/test_cluster.py, two hosts) and in
 the CLI (tests/cli/test_grpo_main.py); here each rule on its own, the CLI's

@@ -26,8 +26,9 @@ exception type the cluster raises) or None; both views call the same
 function, so a rule and its message live in one place. The cluster raises
 the first problem; the CLI lists them all.
 
-This module imports no JAX at module level: `check_job` runs in the process
-that launches the hosts.
+The mesh choice (fsdp or hsdp from the model's widths) is in `meshes`. This
+package imports no JAX at module level: `check_job` runs in the process that
+launches the hosts.
 """
 
 from __future__ import annotations
@@ -38,6 +39,19 @@ import dataclasses
 import math
 import re
 from typing import Any
+
+# Re-exported: callers read every rule as `support.<name>`.
+# pylint: disable=unused-import
+from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.support.meshes import BATCH_AXES
+from tunix_mcjax.support.meshes import DATA_AXIS
+from tunix_mcjax.support.meshes import FSDP_DIMS
+from tunix_mcjax.support.meshes import MESH_AXIS_NAMES
+from tunix_mcjax.support.meshes import MESH_KINDS
+from tunix_mcjax.support.meshes import MeshChoice
+from tunix_mcjax.support.meshes import TP_DIMS
+from tunix_mcjax.support.meshes import choose_mesh
+# pylint: enable=unused-import
 
 # Batch knobs of Tunix's RLTrainingConfig that count the whole job's rows
 # (as in a single-controller recipe); each host's learner gets 1/H of each.
@@ -79,28 +93,6 @@ ROW_NORMALISED_LOSS_MODES = (
 LEARNERS = ("grpo", "dapo", "drgrpo")
 # Roles whose models mcjax does not run (GRPO needs none of them).
 UNSUPPORTED_ROLES = ("critic", "reward")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Problem:
-  """One thing mcjax cannot run.
-
-  Attributes:
-    message: What is wrong and how to fix it.
-    error: The exception type the cluster raises for it.
-  """
-
-  message: str
-  error: type[Exception] = ValueError
-
-  def __post_init__(self):
-    if not self.message:
-      raise ValueError("A Problem needs a message.")
-    if not (isinstance(self.error, type) and issubclass(self.error, Exception)):
-      raise TypeError(f"error must be an exception type, got {self.error!r}")
-
-  def raise_(self) -> None:
-    raise self.error(self.message)
 
 
 # --- the rules ----------------------------------------------------------------
@@ -409,140 +401,6 @@ def mesh_layout(
         " devices of a host (a tp group may not span hosts).",
     )
   return devices_per_host, None
-
-
-# --- mesh choice: fsdp or hsdp, from the model's dimensions ------------------
-
-# `--mesh` values: "auto" picks fsdp when it divides the model, else hsdp.
-MESH_KINDS = ("auto", "fsdp", "hsdp")
-# Axis names of each mesh kind (runtime.global_mesh builds them). hsdp's
-# "data" axis runs across hosts (MaxText's dcn_data_parallelism, PyTorch's
-# HSDP replica groups); "fsdp" and "tp" stay within a host.
-DATA_AXIS = "data"
-MESH_AXIS_NAMES = {"fsdp": ("fsdp", "tp"), "hsdp": (DATA_AXIS, "fsdp", "tp")}
-# The batch axes (training_config.data_sharding_axis) of each kind.
-BATCH_AXES = {"fsdp": ("fsdp",), "hsdp": (DATA_AXIS, "fsdp")}
-# Model widths Tunix's default Qwen3 ShardingConfig splits over each axis
-# (qwen3 model.py ShardingConfig.get_default_sharding: weights' embed dim
-# over "fsdp"; heads, MLP width, norms and vocab over "tp").
-FSDP_DIMS = ("embed_dim",)
-TP_DIMS = ("num_heads", "num_kv_heads", "hidden_dim", "embed_dim",
-           "vocab_size")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MeshChoice:
-  """The trainer mesh a job runs on.
-
-  Attributes:
-    kind: "fsdp" (one fsdp axis over every device) or "hsdp" (data across
-      hosts x fsdp within a host).
-    shape: The global mesh shape, one entry per axis name.
-    axis_names: `MESH_AXIS_NAMES[kind]`.
-    batch_axes: The mesh axes the batch is split over.
-    reason: Why "auto" chose hsdp; None otherwise.
-  """
-
-  kind: str
-  shape: tuple[int, ...]
-  axis_names: tuple[str, ...]
-  batch_axes: tuple[str, ...]
-  reason: str | None = None
-
-  def __post_init__(self):
-    if self.kind not in MESH_AXIS_NAMES:
-      raise ValueError(f"kind must be 'fsdp' or 'hsdp', got {self.kind!r}.")
-    if len(self.shape) != len(self.axis_names):
-      raise ValueError(f"shape {self.shape} does not fit {self.axis_names}.")
-
-  def describe(self) -> str:
-    return f"{self.kind} mesh " + " x ".join(
-        f"{n}={s}" for n, s in zip(self.axis_names, self.shape))
-
-
-def _mesh_of(kind: str, num_hosts: int, devices_per_host: int,
-             tp: int) -> MeshChoice:
-  if kind == "fsdp":
-    shape = (num_hosts * devices_per_host // tp, tp)
-  else:
-    shape = (num_hosts, devices_per_host // tp, tp)
-  return MeshChoice(kind=kind, shape=shape, axis_names=MESH_AXIS_NAMES[kind],
-                    batch_axes=BATCH_AXES[kind])
-
-
-def _indivisible(dims: Mapping[str, int], mesh: MeshChoice) -> str | None:
-  """The first model width the mesh cannot split evenly, as a phrase."""
-  sizes = dict(zip(mesh.axis_names, mesh.shape))
-  for axis, names in (("fsdp", FSDP_DIMS), ("tp", TP_DIMS)):
-    for name in names:
-      value = dims.get(name)
-      if value is not None and value % sizes[axis]:
-        return (f"{name}={value} does not divide over the {sizes[axis]}"
-                f" devices of the {axis!r} axis ({mesh.describe()})")
-  return None
-
-
-def choose_mesh(
-    dims: Mapping[str, int],
-    *,
-    num_hosts: int,
-    devices_per_host: int,
-    tp: int = 1,
-    mesh: str = "auto",
-) -> tuple[MeshChoice | None, Problem | None]:
-  """The trainer mesh for a model; needs no devices (call before hosts start).
-
-  Args:
-    dims: The model's widths by ModelConfig name (embed_dim, hidden_dim,
-      num_heads, num_kv_heads, vocab_size); missing ones are not checked.
-    num_hosts: Hosts in the job.
-    devices_per_host: Devices per host.
-    tp: Tensor-parallel size (within a host).
-    mesh: "fsdp", "hsdp" or "auto" (fsdp if it divides the model, else hsdp).
-
-  Returns:
-    (the mesh, None), or (None, the problem: the width that does not divide
-    and a mesh that works, where one exists).
-  """
-  if mesh not in MESH_KINDS:
-    return None, Problem(message=f"mesh={mesh!r} must be one of {MESH_KINDS}.")
-  if num_hosts < 1 or devices_per_host < 1:
-    return None, Problem(
-        message=f"num_hosts={num_hosts} and devices_per_host="
-        f"{devices_per_host} must be >= 1.")
-  if tp < 1 or devices_per_host % tp:
-    return None, Problem(
-        message=f"tp={tp} must divide the {devices_per_host} devices of a"
-        " host (a tp group may not span hosts).")
-  kinds = ("fsdp", "hsdp") if mesh == "auto" else (mesh,)
-  first_error = None
-  for kind in kinds:
-    candidate = _mesh_of(kind, num_hosts, devices_per_host, tp)
-    error = _indivisible(dims, candidate)
-    if error is None:
-      if mesh == "auto" and kind == "hsdp":
-        candidate = dataclasses.replace(
-            candidate, reason=f"plain fsdp fails: {first_error}; hsdp keeps"
-            " parameters sharded within a host and replicated across hosts")
-      return candidate, None
-    first_error = first_error or error
-  # Suggest a mesh that works: either kind, any tp dividing a host.
-  for kind in ("fsdp", "hsdp"):
-    for other_tp in range(1, devices_per_host + 1):
-      if devices_per_host % other_tp:
-        continue
-      candidate = _mesh_of(kind, num_hosts, devices_per_host, other_tp)
-      if _indivisible(dims, candidate) is None:
-        flag = f"--mesh={kind}" + (f" with tp={other_tp}" if other_tp != tp
-                                   else "")
-        return None, Problem(
-            message=f"mesh={mesh!r} cannot shard this model: {first_error}."
-            f" Use {flag} ({candidate.describe()}).")
-  return None, Problem(
-      message=f"mesh={mesh!r} cannot shard this model: {first_error}; no"
-      f" fsdp/hsdp mesh of {num_hosts} hosts x {devices_per_host} devices"
-      " divides it. Use a devices_per_host that divides the model's widths"
-      f" ({', '.join(f'{k}={v}' for k, v in sorted(dims.items()))}).")
 
 
 # --- the cluster's view: objects ----------------------------------------------
