@@ -1,0 +1,306 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The GRPO job's configuration (`GrpoJobConfig`) and its checks.
+
+Everything here runs without devices and without importing JAX: the
+example validates a job and chooses its mesh before any host starts.
+`grpo_job.run` runs the job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import tunix_mcjax
+from tunix_mcjax import support
+from tunix_mcjax.recipes import tasks
+
+# The registered cluster backends; the registry is the one list of them.
+BACKENDS = tuple(tunix_mcjax.backend_names())
+_DEMO = tasks.DEMO_DEFAULTS
+TRAINERS = ("tunix", "maxtext")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GrpoJobConfig:
+  """A GRPO job; sizes are global (the whole cluster), as in Tunix recipes."""
+
+  backend: str = "mcjax"
+  engine: str = "native"
+  # The trainer's model: Tunix's Qwen3, or a MaxText Qwen3 behind MaxText's
+  # Tunix adapter (the engine then runs Tunix's Qwen3 layout).
+  trainer: str = "tunix"
+  # MaxText only: base YAML (None: MaxText's base.yml), `key=value`
+  # overrides (None: maxtext_models.TINY_QWEN3_OVERRIDES), a parameter
+  # checkpoint (None: random init from `seed`), the scanned layer layout.
+  maxtext_config: str | None = None
+  maxtext_overrides: tuple[str, ...] | None = None
+  load_parameters_path: str | None = None
+  scan_layers: bool = True
+  # Defaults: the built-in demo (tasks.DEMO_DEFAULTS), which the tiny model
+  # measurably learns on CPU.
+  steps: int = _DEMO.num_steps
+  seed: int = _DEMO.seed
+  batch_size: int = _DEMO.batch_size
+  num_generations: int = _DEMO.num_generations
+  max_new_tokens: int = _DEMO.max_tokens_to_generate
+  max_prompt_length: int = _DEMO.max_prompt_length
+  temperature: float = _DEMO.temperature
+  top_p: float = 1.0
+  top_k: int | None = None
+  learning_rate: float = _DEMO.learning_rate
+  beta: float = _DEMO.beta
+  epsilon: float = 0.2
+  model: str = "tiny"
+  dataset: str = "toy"
+  dtype: str = "float32"
+  metrics_out: str | None = None
+  dump_dir: str | None = None
+  # The same `steps` batches are run this many times in a row (the
+  # benchmark's two-pass protocol scores the second pass).
+  passes: int = 1
+  # mcjax host-side optimizations: a profile ("base", "optimized"; None: the
+  # backend's defaults) and per-switch overrides (None: the profile's).
+  profile: str | None = None
+  async_metrics: bool | None = None
+  freeze_gc: bool | None = None
+  balance_admission: bool | None = None
+  publish_in_one_call: bool | None = None
+  # JAX profiler traces of these steps (1-based, counted over all passes).
+  trace_steps: tuple[int, ...] = ()
+  trace_dir: str | None = None
+  # Gradient accumulation, global prompts as in Tunix's RLTrainingConfig:
+  # one optimizer update per `mini_batch_size` prompts (None: the batch),
+  # accumulated over micro-batches of `micro_batch_size` (None: the
+  # mini-batch). Both must divide over the hosts.
+  mini_batch_size: int | None = None
+  micro_batch_size: int | None = None
+  # Evaluation (Tunix's eval_ds): before every `eval_every`-th optimizer
+  # update (RLTrainingConfig.eval_every_n_steps; None: no evaluation), on
+  # `eval_batches` held-out global batches of `batch_size` prompts
+  # (tasks.eval_dataset_from_spec).
+  eval_every: int | None = None
+  eval_batches: int = 1
+  # Tunix's learner: GRPOLearner, DAPOLearner or DrGRPOLearner; and GRPO's
+  # num_iterations (mu; > 1 takes old log-probs from the rollout engine).
+  learner: str = "grpo"
+  num_iterations: int = 1
+  # LoRA actor, as Tunix's `actor_model_config.lora_config` (rank, alpha,
+  # module_path): None trains full weights. The reference is the base model.
+  lora_rank: int | None = None
+  lora_alpha: float | None = None  # None: equal to lora_rank (scale 1).
+  lora_modules: str = support.DEFAULT_LORA_MODULES
+  # Trainer mesh (support.MESH_KINDS): "fsdp" over every device, "hsdp"
+  # (data-parallel across hosts, fsdp within a host), or "auto": fsdp when
+  # it divides the model's widths, else hsdp (support.choose_mesh).
+  mesh: str = "auto"
+
+  def __post_init__(self):
+    if self.backend not in BACKENDS:
+      raise ValueError(
+          f"backend must be one of {BACKENDS}, got {self.backend!r}."
+      )
+    if self.trainer not in TRAINERS:
+      raise ValueError(
+          f"trainer must be one of {TRAINERS}, got {self.trainer!r}."
+      )
+    if self.trainer != "maxtext" and (
+        self.maxtext_config or self.maxtext_overrides is not None
+        or self.load_parameters_path
+    ):
+      raise ValueError(
+          "maxtext_config, maxtext_overrides and load_parameters_path need"
+          " trainer='maxtext'."
+      )
+    if self.trainer == "maxtext" and self.engine != "native":
+      raise ValueError(
+          "trainer='maxtext' runs with engine='native' here; the vLLM engines"
+          " take the same published Tunix-layout tree, but maxtext and vLLM"
+          " do not install into one environment on this project's machines,"
+          " so that combination is untested and refused."
+      )
+    for item in self.maxtext_overrides or ():
+      if "=" not in item:
+        raise ValueError(
+            f"maxtext_overrides entries are key=value, got {item!r}."
+        )
+    if self.passes < 1:
+      raise ValueError(f"passes must be >= 1, got {self.passes}.")
+    if self.eval_every is not None and self.eval_every < 1:
+      raise ValueError(
+          f"eval_every must be >= 1 (or None: no evaluation), got"
+          f" {self.eval_every}."
+      )
+    if self.eval_batches < 1:
+      raise ValueError(f"eval_batches must be >= 1, got {self.eval_batches}.")
+    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+    if self.mesh not in support.MESH_KINDS:
+      raise ValueError(
+          f"mesh must be one of {support.MESH_KINDS}, got {self.mesh!r}."
+      )
+    if self.trainer == "maxtext" and self.mesh == "hsdp":
+      raise ValueError(
+          "mesh='hsdp' is for trainer='tunix'; MaxText builds its own mesh:"
+          " set its dcn_data_parallelism through --maxtext_overrides."
+      )
+    # Validates the profile name and the switches.
+    self.optimizations()
+    if self.trace_steps and not self.trace_dir:
+      raise ValueError("trace_steps needs trace_dir.")
+    for name in ("steps", "batch_size", "max_new_tokens", "max_prompt_length"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+    if self.num_generations < 2:
+      raise ValueError(
+          f"num_generations must be >= 2 for GRPO, got {self.num_generations}."
+      )
+    if self.learning_rate <= 0:
+      raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+    if self.dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype}.")
+    if self.lora_rank is None:
+      if self.lora_alpha is not None:
+        raise ValueError("lora_alpha needs lora_rank (the LoRA rank, >= 1).")
+    else:
+      if self.trainer != "tunix":
+        raise ValueError(
+            "LoRA (lora_rank) is applied to Tunix's model with qwix; use"
+            " trainer='tunix'."
+        )
+      for problem in (
+          support.lora_settings(
+              self.lora_rank, self.lora_alpha_value(), self.lora_modules,
+              prefix="lora_",
+              module_path_key="modules",
+          ),
+          support.lora_engine(self.engine, True)
+          if self.backend == "mcjax" else None,
+      ):
+        if problem is not None:
+          problem.raise_()
+    self._check_algorithm()
+
+  def _check_algorithm(self) -> None:
+    """Learner and batch knobs: what Tunix and mcjax can run together."""
+    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+    problem = support.learner(self.learner)
+    if problem is not None:
+      raise ValueError(problem.message.replace("learner=", "--learner="))
+    if self.num_iterations < 1:
+      raise ValueError(
+          f"num_iterations must be >= 1, got {self.num_iterations}."
+      )
+    if self.learner == "dapo" and self.beta != 0.0:
+      raise ValueError(
+          f"--learner=dapo with --beta={self.beta}: DAPO has no KL term"
+          " (Tunix's DAPOConfig requires beta=None); set --beta=0."
+      )
+    if self.micro_batch_size is not None and self.mini_batch_size is None:
+      raise ValueError(
+          "micro_batch_size needs mini_batch_size (as in Tunix's"
+          " RLTrainingConfig); set --mini_batch_size."
+      )
+    mini = self.mini_batch_size or self.batch_size
+    micro = self.micro_batch_size or mini
+    for name, value, whole in (("mini_batch_size", mini, self.batch_size),
+                               ("micro_batch_size", micro, mini)):
+      if value < 1 or whole % value:
+        raise ValueError(f"{name}={value} must be >= 1 and divide {whole}.")
+    if self.backend == "mcjax":
+      problem = support.balanced_micro_batches(
+          balance_by_length=bool(self.optimizations().balance_admission),
+          loss_agg_mode=self.loss_agg_mode(),
+          micro_batch_size=micro, mini_batch_size=mini,
+      )
+      if problem is not None:
+        raise ValueError(problem.message)
+
+  def loss_agg_mode(self) -> str:
+    """The learner's loss aggregation (Tunix's config defaults)."""
+    return {"dapo": "token-mean", "drgrpo": "sequence-mean-token-scale"}.get(
+        self.learner, "sequence-mean-token-mean"
+    )
+
+  def updates_per_batch(self) -> int:
+    """Optimizer updates per global batch (Tunix counts max_steps in them)."""
+    return self.batch_size // (self.mini_batch_size or self.batch_size)
+
+  def lora_alpha_value(self) -> float | None:
+    """LoRA alpha (defaults to the rank); None without LoRA."""
+    if self.lora_rank is None:
+      return None
+    return self.lora_rank if self.lora_alpha is None else self.lora_alpha
+
+  def lora_config(self) -> dict[str, Any] | None:
+    """Tunix's `lora_config` mapping for this job; None without LoRA."""
+    if self.lora_rank is None:
+      return None
+    return {"rank": self.lora_rank, "alpha": float(self.lora_alpha_value()),
+            "module_path": self.lora_modules}
+
+  def optimizations(self) -> Any:
+    """The mcjax `HostOptimizations` this job asks for."""
+    from tunix_mcjax import host_optimizations  # pylint: disable=g-import-not-at-top
+
+    return host_optimizations.from_profile(
+        self.profile,
+        async_metrics=self.async_metrics,
+        freeze_gc=self.freeze_gc,
+        balance_admission=self.balance_admission,
+        publish_in_one_call=self.publish_in_one_call,
+    )
+
+
+# The tiny model's widths (models.tiny_qwen3_config defaults; a test keeps
+# them equal), readable without importing jax: the example checks the mesh
+# before any host starts.
+TINY_DIMS = dict(embed_dim=64, hidden_dim=128, num_heads=4, num_kv_heads=2)
+_HF_DIMS = dict(embed_dim="hidden_size", hidden_dim="intermediate_size",
+                num_heads="num_attention_heads",
+                num_kv_heads="num_key_value_heads", vocab_size="vocab_size")
+
+
+def model_dims(cfg: GrpoJobConfig) -> dict[str, int]:
+  """The widths the trainer mesh must divide; {} where unknown (MaxText)."""
+  if cfg.trainer != "tunix":
+    return {}
+  if cfg.model == "tiny":
+    return dict(TINY_DIMS)
+  path = os.path.join(cfg.model, "config.json")
+  if not os.path.isfile(path):
+    return {}  # The loader reports the missing checkpoint.
+  with open(path) as f:
+    hf = json.load(f)
+  return {k: int(hf[v]) for k, v in _HF_DIMS.items() if hf.get(v)}
+
+
+def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
+                devices_per_host: int) -> Any:
+  """The job's `support.MeshChoice`; raises ValueError naming a fix.
+
+  Needs no devices: the example calls it before any host starts.
+  """
+  choice, problem = support.choose_mesh(
+      model_dims(cfg), num_hosts=num_hosts,
+      devices_per_host=devices_per_host, mesh=cfg.mesh,
+  )
+  if problem is not None:
+    problem.raise_()
+  return choice
