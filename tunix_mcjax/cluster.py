@@ -647,13 +647,14 @@ class McJaxRLCluster(compat.RLCluster):
 
   def _log_metrics(self, metrics_buffer):
     # Each host buffered its own rows' metrics: combine them over all hosts
-    # first (one tiny all-gather, here on the learner's main sequence, where
-    # Tunix logs a buffer at the same point on every host).
-    metrics_buffer = self._learner_metrics.combine(metrics_buffer)
-    # Tunix's own per-step metric logging goes through the exporter too: on
-    # its thread under O1, inline (as stock) otherwise.
+    # (one tiny all-gather, dispatched here on the learner's main sequence,
+    # where Tunix logs a buffer at the same point on every host). Waiting for
+    # it and Tunix's own logging go through the exporter: on its thread under
+    # O1, inline (as stock) otherwise.
+    pending = self._learner_metrics.dispatch(metrics_buffer)
+    log = super()._log_metrics
     self.exporter.submit(
-        functools.partial(super()._log_metrics, metrics_buffer)
+        lambda: log(self._learner_metrics.finish(pending))
     )
 
   def flush_metrics(self) -> None:

@@ -465,6 +465,50 @@ def _fmt(x: float | None, digits: int) -> str:
   return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+class HostGather:
+  """One tiny all-gather of a row of numbers from every host to every host.
+
+  `dispatch` starts it without waiting (every host calls it at the same
+  point of its step sequence, so the collective is issued in the same order
+  everywhere); `read` waits for it and returns one row per host, in process
+  order. One row per device of a (host, *local) view mesh, replicated by a
+  jitted identity: no host round-trip beyond the row itself.
+  """
+
+  def __init__(self, local_mesh: Mesh | None):
+    self._local_mesh = local_mesh
+    self._fn = None
+    self._sharding = None
+
+  def dispatch(self, row: np.ndarray) -> jax.Array | np.ndarray:
+    if jax.process_count() == 1:
+      return row[None, :]
+    # Imported here: publication imports the engines' base, which the
+    # telemetry's other users (the stock recorders, the bench) do not need.
+    from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+
+    if self._fn is None:
+      view = publication.host_view_mesh(self._local_mesh)
+      self._sharding = NamedSharding(view, PartitionSpec(view.axis_names))
+      self._fn = jax.jit(
+          lambda x: x, out_shardings=NamedSharding(view, PartitionSpec())
+      )
+    rows = np.ascontiguousarray(
+        np.broadcast_to(row, (self._local_mesh.size, row.size))
+    )
+    with jax.transfer_guard("allow"):
+      return self._fn(jax.make_array_from_process_local_data(self._sharding,
+                                                             rows))
+
+  @staticmethod
+  def read(gathered: jax.Array | np.ndarray) -> np.ndarray:
+    if isinstance(gathered, np.ndarray):
+      return gathered
+    flat = np.asarray(gathered.addressable_data(0))
+    # Rows are devices, host by host; each host's rows are equal.
+    return flat.reshape(jax.process_count(), -1, flat.shape[-1])[:, 0, :]
+
+
 class StepTelemetry:
   """The mcjax cluster's per-step metrics: one host's clock, the per-step
   all-gather of every host's numbers, and the record host 0 exports.
@@ -507,8 +551,7 @@ class StepTelemetry:
     self._trace_steps = tuple(trace_steps)
     self._trace_dir = trace_dir
     self._tracing = False
-    self._gather_fn = None
-    self._gather_sharding = None
+    self._gather = HostGather(local_mesh)
     self.clock = StepClock(gc_policy)
     self.records: list[StepRecord] = []
 
@@ -534,7 +577,7 @@ class StepTelemetry:
     now = time.perf_counter()
     step_s = self.clock.finish(now, admission_s)
     local = self.clock.host_numbers(step_s, prompt_tokens)
-    gathered = self._dispatch_gather(local)
+    gathered = self._gather.dispatch(local)
     self._exporter.submit(functools.partial(self._export, gathered, meta))
     export_s = time.perf_counter() - now
     if self._tracing and meta.step + 1 not in self._trace_steps:
@@ -550,34 +593,9 @@ class StepTelemetry:
     if self._sink is not None:
       self._sink.close()
 
-  def _dispatch_gather(self, local: np.ndarray) -> jax.Array:
-    """Starts the all-gather of every host's numbers; does not wait for it."""
-    # Imported here: publication imports the engines' base, which the
-    # telemetry's other users (the stock recorders, the bench) do not need.
-    from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
-
-    if self._gather_fn is None:
-      view = publication.host_view_mesh(self._local_mesh)
-      self._gather_sharding = NamedSharding(
-          view, PartitionSpec(view.axis_names)
-      )
-      self._gather_fn = jax.jit(
-          lambda x: x, out_shardings=NamedSharding(view, PartitionSpec())
-      )
-    rows = np.ascontiguousarray(
-        np.broadcast_to(local, (self._local_mesh.size, local.size))
-    )
-    with jax.transfer_guard("allow"):
-      return self._gather_fn(
-          jax.make_array_from_process_local_data(self._gather_sharding, rows)
-      )
-
   def _export(self, gathered: jax.Array, meta: StepMeta) -> None:
     """Builds the step's record; host 0's sink prints, writes and logs it."""
-    flat = np.asarray(gathered.addressable_data(0))
-    # Rows are devices, host by host; each host's rows are equal.
-    num_hosts = jax.process_count()
-    everyone = flat.reshape(num_hosts, -1, flat.shape[-1])[:, 0, :]
+    everyone = HostGather.read(gathered)
     # Its `exported_on` is evidence of where the export ran ("MainThread"
     # unless O1 is on).
     record = build_record(everyone, meta)

@@ -42,9 +42,10 @@ import dataclasses
 import hashlib
 from typing import Any
 
-import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 import numpy as np
+
+from tunix_mcjax import telemetry
 
 # Tunix's reductions -> how per-host results combine. Keyed by identity, as
 # Tunix passes the numpy functions themselves.
@@ -77,16 +78,19 @@ def combine_host_results(per_host: np.ndarray, op: Any) -> float:
 class GlobalLearnerMetrics:
   """Combines Tunix's buffered learner metrics across hosts (see module)."""
 
-  def __init__(self, local_mesh: Mesh):
-    self._local_mesh = local_mesh
-    self._gather_fn = None
-    self._sharding = None
+  def __init__(self, local_mesh: Mesh | None):
+    self._gather = telemetry.HostGather(local_mesh)
 
   def combine(self, buffer: Any) -> Any:
-    """A copy of Tunix's `MetricsBuffer` with global values (a collective).
+    """A copy of Tunix's `MetricsBuffer` with global values (a collective)."""
+    return self.finish(self.dispatch(buffer))
 
-    Combined metrics hold one value (the global one) with their op, so that
-    Tunix's `_log_metrics` logs exactly that value.
+  def dispatch(self, buffer: Any) -> tuple[Any, list[str], Any]:
+    """Starts combining `buffer` across hosts; `finish` completes it.
+
+    Call on the learner's main sequence (every host logs a buffer at the
+    same point); `finish` may run later on the metrics exporter thread, so
+    that O1 keeps the step off this barrier.
     """
     names, local = [], []
     for name in sorted(buffer.metrics):
@@ -102,7 +106,13 @@ class GlobalLearnerMetrics:
         np.frombuffer(digest, dtype=np.uint32),
         np.asarray(local, dtype=np.float64).view(np.uint32),
     ])
-    everyone = self._gather(payload)
+    return buffer, names, self._gather.dispatch(payload)
+
+  def finish(self, pending: tuple[Any, list[str], Any]) -> Any:
+    """The buffer with global values: combined metrics hold one value (the
+    global one) with their op, so Tunix's `_log_metrics` logs exactly it."""
+    buffer, names, gathered = pending
+    everyone = telemetry.HostGather.read(gathered)
     tags = everyone[:, :2]
     if (tags != tags[:1]).any():
       raise RuntimeError(
@@ -115,27 +125,3 @@ class GlobalLearnerMetrics:
       op = metrics[name][1]
       metrics[name] = ([combine_host_results(per_host[:, i], op)], op)
     return dataclasses.replace(buffer, metrics=metrics)
-
-  def _gather(self, payload: np.ndarray) -> np.ndarray:
-    """(n,) uint32 on every host -> (hosts, n), hosts in process order."""
-    if jax.process_count() == 1:
-      return payload[None, :]
-    # The same pattern as the step record's gather: one row per device of a
-    # (host, *local) view, replicated by a jitted identity.
-    from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
-
-    if self._gather_fn is None:
-      view = publication.host_view_mesh(self._local_mesh)
-      self._sharding = NamedSharding(view, PartitionSpec(view.axis_names))
-      self._gather_fn = jax.jit(
-          lambda x: x, out_shardings=NamedSharding(view, PartitionSpec())
-      )
-    rows = np.ascontiguousarray(
-        np.broadcast_to(payload, (self._local_mesh.size, payload.size))
-    )
-    with jax.transfer_guard("allow"):
-      out = self._gather_fn(
-          jax.make_array_from_process_local_data(self._sharding, rows)
-      )
-    flat = np.asarray(out.addressable_data(0))
-    return flat.reshape(jax.process_count(), -1, payload.size)[:, 0, :]
