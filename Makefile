@@ -39,7 +39,7 @@ VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
 
-.PHONY: help venv demo test test-fast lock clean bench venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm maxtext-patched wheel
+.PHONY: help venv demo test test-fast lock clean bench bench-device venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
 
 # $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
 # runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
@@ -70,16 +70,19 @@ endef
 
 help:
 	@echo "make demo   - run the main job (GRPO, mcjax backend, 2 simulated hosts x 4 CPU devices)"
-	@echo "make test   - run every test, in both environments (creates them first); what CI runs"
+	@echo "make test   - run every test, in .venv and .venv-maxtext-vllm (creates them first); what CI runs"
 	@echo "make test-fast - single-process tests and one 2-host GRPO smoke run (<3 min)"
 	@echo "make bench  - side-by-side benchmark (quick, <10 min; BENCH_MODE=full for the full protocol) -> runs/bench/"
+	@echo "make bench-device - the prepared GPU run (<8 min; installs wheels/; see docs/benchmarks.md) -> runs/bench-device/"
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
 	@echo "make lock   - re-resolve requirements/main.in into requirements/main.lock"
 	@echo "make demo-vllm - the demo with a vLLM engine per host (creates $(VENV_VLLM), Python 3.11)"
-	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (part of 'make test')"
+	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (Python 3.11, jax 0.10.2; not part of 'make test')"
 	@echo "make venv-vllm - create/refresh $(VENV_VLLM) from requirements/vllm.lock"
 	@echo "make lock-vllm - re-resolve requirements/vllm.in into requirements/vllm.lock"
-	@echo "make venv-maxtext-vllm - experimental: maxtext + vLLM in one env (.venv-maxtext-vllm)"
+	@echo "make venv-maxtext-vllm - maxtext + vLLM in one env (.venv-maxtext-vllm, Python 3.12, ~7.6 GB)"
+	@echo "make demo-maxtext-vllm - the demo with a MaxText trainer and a vLLM engine per host (creates .venv-maxtext-vllm)"
+	@echo "make test-maxtext-vllm - the vLLM tests and MaxText trainer -> vLLM tests, in .venv-maxtext-vllm (part of 'make test')"
 	@echo "make wheel  - build the tunix_mcjax wheel into dist/"
 	@echo "make clean  - remove everything the targets above create"
 
@@ -94,13 +97,18 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(call pytest,$(PY),tests -m "not vllm" --durations=15)
-	$(MAKE) --no-print-directory test-vllm
+	$(MAKE) --no-print-directory test-maxtext-vllm
 
 test-fast: $(STAMP)
 	$(call pytest,$(PY),tests -m "$(FAST_TESTS)" --durations=10)
 
 bench: $(STAMP)
 	$(PY) -m tunix_mcjax.bench --mode=$(or $(BENCH_MODE),quick) --out=runs/bench
+
+# On a machine with JAX (CUDA) and PyTorch preinstalled and no network: no
+# venv; DEVICE_PYTHON is that machine's interpreter.
+bench-device:
+	$(or $(DEVICE_PYTHON),python3) scripts/bench_device.py --out=runs/bench-device
 
 maxtext-patched: $(STAMP)
 	$(PY) -m tunix_mcjax.maxtext.patching --out=build/maxtext_patched
@@ -110,16 +118,31 @@ $(STAMP_VLLM): requirements/vllm.lock pyproject.toml
 
 venv-vllm: $(STAMP_VLLM)
 
-# Experimental (issue 16): maxtext and vLLM's CPU build in one Python 3.12
-# environment, on PyPI's CUDA build of torch 2.13.0 (~7.6 GB installed; see
-# requirements/maxtext-vllm.in for why pip cannot resolve it). Not part of
-# `make test`.
+# maxtext and vLLM's CPU build in one Python 3.12 environment (issue 16), on
+# PyPI's CUDA build of torch 2.13.0 (~7.6 GB installed; see
+# requirements/maxtext-vllm.in for why pip cannot resolve it). `make test`
+# runs the vLLM tests here (not in .venv-vllm): everything comes from PyPI,
+# and it is the environment where a MaxText trainer feeds vLLM engines
+# (docs/environments.md says why).
 VENV_MXV := .venv-maxtext-vllm
+PY_MXV := $(VENV_MXV)/bin/python
 STAMP_MXV := $(VENV_MXV)/.installed
+# The vLLM tests, plus MaxText trainer -> vLLM engines (2 hosts, scanned and
+# unscanned; patched train_rl with rl_rollout_engine=mcjax:vllm) and the job
+# config accepting that combination here.
+MXV_TESTS := $(VLLM_TESTS) tests/maxtext/test_maxtext_vllm.py \
+  tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment
 $(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml
-	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,)
+	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,--no-cache-dir)
 
 venv-maxtext-vllm: $(STAMP_MXV)
+
+test-maxtext-vllm: $(STAMP_MXV)
+	$(call pytest,$(PY_MXV),$(MXV_TESTS) --durations=10)
+
+demo-maxtext-vllm: $(STAMP_MXV)
+	$(PY_MXV) examples/grpo_qwen3.py --backend=mcjax --trainer=maxtext --engine=vllm \
+	  --num_hosts=2 --devices_per_host=4 --metrics_out=runs/demo-maxtext-vllm/metrics.jsonl
 
 test-vllm: $(STAMP_VLLM)
 	$(call pytest,$(PY_VLLM),$(VLLM_TESTS) --durations=10)

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import json
 import os
 import sys
+from typing import NoReturn
 
 from absl import app
 from absl import flags
@@ -168,6 +169,11 @@ _TRACE_DIR = flags.DEFINE_string(
     "trace_dir", _DEFAULTS.trace_dir,
     "Where profiler traces go (one folder per host)."
 )
+_REWARD_WORKERS = flags.DEFINE_integer(
+    "reward_workers", _DEFAULTS.reward_workers,
+    "Score the reward functions in a per-host pool of this many worker"
+    " processes (functions must be picklable); 0: in-process.",
+)
 _MESH = flags.DEFINE_enum(
     "mesh", _DEFAULTS.mesh, ["auto", "fsdp", "hsdp"],
     "Trainer mesh: fsdp over every device; hsdp = data-parallel across hosts"
@@ -214,6 +220,31 @@ _EVAL_BATCHES = flags.DEFINE_integer(
     "eval_batches", _DEFAULTS.eval_batches,
     "Held-out global batches of --batch_size prompts per evaluation (toy: a"
     " held-out draw; gsm8k:.../train.jsonl: the test.jsonl next to it).",
+)
+_SKIP_LONG_PROMPTS = flags.DEFINE_boolean(
+    "skip_long_prompts", _DEFAULTS.skip_long_prompts,
+    "Drop dataset rows whose prompt is longer than --max_prompt_length"
+    " tokens (counted; the same rows on every host); default: an error"
+    " naming the first such row.",
+)
+_CHECKPOINT_DIR = flags.DEFINE_string(
+    "checkpoint_dir", _DEFAULTS.checkpoint_dir,
+    "mcjax: save checkpoints here (Orbax, all hosts); a directory that holds"
+    " one resumes from its latest complete checkpoint (printed).",
+)
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    "checkpoint_every", _DEFAULTS.checkpoint_every,
+    "Save a checkpoint every N global steps (and after the last).",
+)
+_MAX_TO_KEEP = flags.DEFINE_integer(
+    "max_to_keep", _DEFAULTS.max_to_keep,
+    "Keep the N most recent checkpoints.",
+)
+_MAX_SEQ_TOKEN_PER_TPU = flags.DEFINE_integer(
+    "max_seq_token_per_tpu", _DEFAULTS.max_seq_token_per_tpu,
+    "mcjax: sequence packing (Tunix's RLTrainingConfig knob), tokens per"
+    " packed row; needs a token-mean learner (--learner=dapo). Default: no"
+    " packing.",
 )
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."
@@ -262,7 +293,19 @@ def _config() -> grpo_job.GrpoJobConfig:
       lora_alpha=_LORA_ALPHA.value,
       lora_modules=_LORA_MODULES.value,
       mesh=_MESH.value,
+      reward_workers=_REWARD_WORKERS.value,
+      skip_long_prompts=_SKIP_LONG_PROMPTS.value,
+      checkpoint_dir=_CHECKPOINT_DIR.value,
+      checkpoint_every=_CHECKPOINT_EVERY.value,
+      max_to_keep=_MAX_TO_KEEP.value,
+      max_seq_token_per_tpu=_MAX_SEQ_TOKEN_PER_TPU.value,
   )
+
+
+def _user_error(e: Exception) -> NoReturn:
+  """A wrong flag or input: one line naming the fix, exit 2, no traceback."""
+  print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
+  sys.exit(2)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -270,9 +313,14 @@ def main(argv: Sequence[str]) -> None:
   if not flags.FLAGS["verbosity"].present:
     # Tunix logs every rollout string at INFO; keep the console to progress.
     logging.set_verbosity(logging.WARNING)
-  cfg = _config()  # Validates before any host starts.
+  try:
+    cfg = _config()  # Validates before any host starts.
+  except ValueError as e:
+    _user_error(e)
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
 
   if not runtime.in_multi_controller_environment():
     if _NUM_HOSTS.value < 1 or _DEVICES_PER_HOST.value < 1:
@@ -281,11 +329,18 @@ def main(argv: Sequence[str]) -> None:
     hosts = _NUM_HOSTS.value if cfg.backend == "mcjax" else 1
     devices = _DEVICES_PER_HOST.value * (_NUM_HOSTS.value // hosts)
     try:
-      # A mesh that cannot shard the model is refused before hosts start.
-      grpo_job.choose_mesh(cfg, num_hosts=hosts, devices_per_host=devices)
+      # Bad batch sizes, engines, paths and meshes are refused before hosts
+      # start.
+      grpo_job.check_job(cfg, num_hosts=hosts, devices_per_host=devices)
+      # Dataset rows, prompt lengths and the tokenizer, likewise.
+      grpo_job.check_inputs(cfg)
+      if cfg.checkpoint_dir is not None:
+        # An unwritable directory, or a checkpoint of another configuration.
+        checkpointing.check_writable(cfg.checkpoint_dir)
+        checkpointing.check_resume(cfg.checkpoint_dir,
+                                   cfg.checkpoint_fingerprint())
     except ValueError as e:
-      print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
-      sys.exit(2)
+      _user_error(e)
     sys.exit(
         launch.relaunch_as_local_hosts(
             sys.argv[1:],
@@ -296,7 +351,12 @@ def main(argv: Sequence[str]) -> None:
             note=f"backend={cfg.backend}",
         )
     )
-  summary = grpo_job.run(cfg)
+  try:
+    summary = grpo_job.run(cfg)
+  except (validation.InputError, checkpointing.CheckpointError) as e:
+    # Data, reward function or tokenizer; a checkpoint that does not fit the
+    # job, or a failed save: the message names the fix.
+    _user_error(e)
   records = summary["records"]
   if records and os.environ.get(runtime.ENV_HOST_ID, "0") == "0":
     first, last = records[0], records[-1]

@@ -83,3 +83,50 @@ def equivalence_runs(tmp_path_factory):
           tmp / "mcjax1", *flags, "--backend=mcjax", "--num_hosts=1",
           "--devices_per_host=4"),
   }
+
+
+def _stock_and_mcjax(tmp_path_factory, name, flags, stock_hosts, mcjax_hosts):
+  import example_runs  # pylint: disable=g-import-not-at-top
+
+  tmp = tmp_path_factory.mktemp(name)
+  return {
+      "tunix": example_runs.run_example(
+          tmp / "tunix", *flags, "--backend=tunix", *stock_hosts),
+      "mcjax": example_runs.run_example(
+          tmp / "mcjax", *flags, "--backend=mcjax", *mcjax_hosts),
+  }
+
+
+@pytest.fixture(scope="session")
+def three_host_runs(tmp_path_factory):
+  """One 3-host run for three of issue 12's tests (suite time).
+
+  `example_runs.THREE_HOST_FLAGS` (LoRA, micro 3 < mini 6 < batch 12) as
+  stock Tunix on 1 process x 2 devices (fsdp divides the model there) and
+  mcjax on 3 hosts x 2 devices (hsdp, chosen by --mesh=auto): the 3-host
+  LoRA test (tests/test_lora.py), the hsdp test (tests/test_hsdp.py) and
+  the gradient accumulation test (tests/test_equivalence_variants.py).
+  """
+  return _stock_and_mcjax(
+      tmp_path_factory, "three_hosts", _flags("THREE_HOST_FLAGS"),
+      ("--num_hosts=1", "--devices_per_host=2"),
+      ("--num_hosts=3", "--devices_per_host=2"))
+
+
+@pytest.fixture(scope="session")
+def lora_drgrpo_runs(tmp_path_factory):
+  """One 2-host run for the 2-host LoRA test and the Dr.GRPO test.
+
+  `example_runs.LORA_DRGRPO_FLAGS` as stock Tunix (1 process x 4 devices)
+  and mcjax (2 hosts x 2 devices).
+  """
+  return _stock_and_mcjax(
+      tmp_path_factory, "lora_drgrpo", _flags("LORA_DRGRPO_FLAGS"),
+      ("--num_hosts=2", "--devices_per_host=2"),
+      ("--num_hosts=2", "--devices_per_host=2"))
+
+
+def _flags(name):
+  import example_runs  # pylint: disable=g-import-not-at-top
+
+  return getattr(example_runs, name)

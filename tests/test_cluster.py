@@ -56,7 +56,7 @@ _SCRIPT = textwrap.dedent("""
                                 compat.Role.REFERENCE: gm}),
         "indivisible": dict(training={"mini_batch_size": 3}),
         "offload": dict(offload_to_cpu=True),
-        "packing": dict(training={"max_seq_token_per_tpu": 64}),
+        "packing": dict(training={"max_seq_token_per_tpu": 0}),
     }
     errors = {}
     for name, kw in cases.items():

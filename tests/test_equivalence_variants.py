@@ -14,28 +14,27 @@
 
 """Stock Tunix recipes beyond plain GRPO give stock numbers under mcjax.
 
-One stock run (1 process) and one mcjax run per variant, module-scoped and
-shared by every assertion on it (2 steps, small batches):
+One stock run (1 process) and one mcjax run per variant, 2 steps, small
+batches; two of the three pairs are shared with other tests
+(tests/conftest.py) to keep `make test` time:
 
 * gradient accumulation: micro-batch 3 < mini-batch 6 < batch 12 prompts,
-  3 hosts x 1 device. The tiny model's 64-wide dims do not divide over a
-  3-device fsdp axis, so the mcjax run takes the example's default mesh
-  (`--mesh=auto`: hsdp, data-parallel across hosts) and the stock run 1
-  device. Global micro-batch k must be the stock micro-batch k (admission
-  deals per-host micro-batch chunks).
+  3 hosts x 2 devices (`three_host_runs`, with LoRA; the tiny model's 64-wide
+  dims do not divide over 6 fsdp devices, so the mcjax run takes the
+  example's default mesh, hsdp) against stock on 1 process x 2 devices.
+  Global micro-batch k must be the stock micro-batch k (admission deals
+  per-host micro-batch chunks).
 * DAPO (`DAPOLearner`, token-mean loss, no KL) with num_iterations=2 (old
-  log-probs from each host's engine), 2 hosts x 2 devices; shared to keep
-  `make test` time.
-* Dr.GRPO (`DrGRPOLearner`), 2 hosts x 2 devices.
+  log-probs from each host's engine), 2 hosts x 2 devices, full weights.
+* Dr.GRPO (`DrGRPOLearner`), 2 hosts x 2 devices (`lora_drgrpo_runs`, with
+  LoRA).
 
 Tolerances as tests/test_equivalence.py: completions and rewards exact;
 losses within 1e-6; parameters within 1e-6, except for gradient
-accumulation: its stock run has 1 device and its mcjax run 3 (no layout of
-the tiny model divides 3 devices for stock fsdp), so the gradient is summed
-in another order, which Adam's g / sqrt(v) amplifies in near-zero entries
-(observed on CPU: 1 of 2048 entries of one matrix off by 1.15e-6); that
-variant takes tests/test_hsdp.py's tolerance (atol 1e-4, rtol 1e-5), as the
-same cause does there.
+accumulation: its runs reduce the gradient over 6 and 2 devices, in another
+float summation order, which Adam's g / sqrt(v) amplifies in near-zero
+entries; that variant takes tests/test_hsdp.py's tolerance (atol 1e-4, rtol
+1e-5), as the same cause does there (observed: see that module).
 """
 
 import json
@@ -52,39 +51,24 @@ DEVICE_COUNT_PARAM_TOLERANCE = dict(atol=1e-4, rtol=1e-5)
 
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
-_VARIANTS = {
-    # name: (flags of both runs, mcjax host layout, stock host layout)
-    "grad_acc": (
-        ("--batch_size=12", "--mini_batch_size=6", "--micro_batch_size=3",
-         "--num_generations=2"),
-        ("--num_hosts=3", "--devices_per_host=1"),
-        ("--num_hosts=1", "--devices_per_host=1"),
-    ),
-    "dapo_mu2": (
-        ("--learner=dapo", "--beta=0", "--num_iterations=2"),
-        ("--num_hosts=2", "--devices_per_host=2"),
-        ("--num_hosts=2", "--devices_per_host=2"),
-    ),
-    "drgrpo": (
-        ("--learner=drgrpo",),
-        ("--num_hosts=2", "--devices_per_host=2"),
-        ("--num_hosts=2", "--devices_per_host=2"),
-    ),
-}
+VARIANTS = ("grad_acc", "dapo_mu2", "drgrpo")
+# Variant -> the shared session fixture holding its runs (tests/conftest.py).
+_SHARED = {"grad_acc": "three_host_runs", "drgrpo": "lora_drgrpo_runs"}
+_DAPO_FLAGS = ("--learner=dapo", "--beta=0", "--num_iterations=2")
+_TWO_HOSTS = ("--num_hosts=2", "--devices_per_host=2")
 
 
-def _runs(tmp_path_factory, name):
-  flags, mcjax_hosts, stock_hosts = _VARIANTS[name]
-  tmp = tmp_path_factory.mktemp(name)
-  run = lambda backend, hosts: example_runs.run_example(
-      tmp / backend, *example_runs.EQUIVALENCE_FLAGS, *flags,
-      f"--backend={backend}", *hosts)
-  return run("tunix", stock_hosts), run("mcjax", mcjax_hosts)
-
-
-@pytest.fixture(scope="module", params=sorted(_VARIANTS))
+@pytest.fixture(scope="module", params=VARIANTS)
 def variant(request, tmp_path_factory):
-  return request.param, _runs(tmp_path_factory, request.param)
+  name = request.param
+  if name in _SHARED:
+    runs = request.getfixturevalue(_SHARED[name])
+    return name, (runs["tunix"], runs["mcjax"])
+  tmp = tmp_path_factory.mktemp(name)
+  run = lambda backend: example_runs.run_example(
+      tmp / backend, *example_runs.EQUIVALENCE_FLAGS, *_DAPO_FLAGS,
+      f"--backend={backend}", *_TWO_HOSTS)
+  return name, (run("tunix"), run("mcjax"))
 
 
 def _calls(out: pathlib.Path) -> list[dict]:
@@ -96,17 +80,15 @@ def _calls(out: pathlib.Path) -> list[dict]:
 
 def test_same_rollouts_and_rewards(variant):
   name, (stock, mcjax) = variant
-  ref, got = _calls(stock), _calls(mcjax)
-  calls_per_step = 4 if name == "grad_acc" else 1  # 12 / 3 prompts.
-  assert len(ref) == len(got) == 2 * calls_per_step
-  for k, (a, b) in enumerate(zip(ref, got)):
-    assert a["prompts"] == b["prompts"], k
-    assert a["completions"] == b["completions"], k
-    assert a["rewards"] == b["rewards"], k
-  # Not vacuous: a group's samples differ, so the advantages are non-zero.
-  g = 2 if name == "grad_acc" else 4
-  assert any(len(set(c["completions"][i:i + g])) > 1
-             for c in ref for i in range(0, len(c["completions"]), g))
+  if name == "grad_acc":  # One reward call per micro-batch of 3 prompts.
+    example_runs.assert_same_rollouts_and_rewards(
+        stock, mcjax, calls=2 * example_runs.THREE_HOST_CALLS_PER_STEP,
+        group=2)
+    # Global micro-batch k is the stock micro-batch k: one prompt per host.
+    for call in _calls(mcjax):
+      assert len(call["prompts"]) == 3 * 2
+  else:
+    example_runs.assert_same_rollouts_and_rewards(stock, mcjax)
 
 
 def test_same_losses_and_parameters(variant):

@@ -119,8 +119,8 @@ def test_base_has_every_optimization_off(out):
   for rec in _records(out, "base"):
     assert not any(rec["optimizations"].values())
     assert rec["exported_on"] == "MainThread"
-    assert rec["gc"]["explicit_collects"] == 1  # The per-step full collect.
-    assert rec["gc"]["full_collections"] >= 1
+    # Stock GRPO runs no full collect per step (host_optimizations.GcPolicy).
+    assert rec["gc"]["explicit_collects"] == 0
     assert not rec["gc"]["frozen"]
     assert rec["publish_calls"] == NUM_PARAMS  # One call per parameter.
 

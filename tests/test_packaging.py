@@ -43,7 +43,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # What the wheel is built from; nothing else of the checkout goes in.
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "tunix_mcjax")
 EXTRAS = {"maxtext", "vllm", "tpu", "ray"}
-PATCHES = 4  # The .patch files in tunix_mcjax/maxtext/patches/.
+# Every .patch file of the source tree must reach the wheel.
+PATCHES = len(list((REPO / "tunix_mcjax/maxtext/patches").glob("*.patch")))
 
 
 def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:

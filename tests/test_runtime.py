@@ -181,6 +181,32 @@ def test_cluster_detection(monkeypatch):
   assert runtime._detected_cluster() == "JAX_COORDINATOR_ADDRESS"  # pylint: disable=protected-access
 
 
+def test_a_failing_detector_is_an_error_only_where_a_cluster_is_likely(
+    monkeypatch):
+  from jax._src import clusters  # pylint: disable=g-import-not-at-top
+
+  # Defining a ClusterEnv registers it: only in this test's list.
+  monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", [])
+
+  class BrokenTpuDetector(clusters.ClusterEnv):
+    """Stands in for a detector whose probe fails (no metadata server)."""
+
+    @classmethod
+    def is_env_present(cls) -> bool:
+      raise ConnectionError("metadata server unreachable")
+
+  for name in _CLUSTER_VARS + ("TPU_WORKER_ID",):
+    monkeypatch.delenv(name, raising=False)
+  assert clusters.ClusterEnv._cluster_types == [BrokenTpuDetector]  # pylint: disable=protected-access
+  # A plain machine: the probe failing means "not that cluster".
+  assert runtime._detected_cluster() is None  # pylint: disable=protected-access
+  monkeypatch.setenv("TPU_WORKER_ID", "3")
+  with pytest.raises(runtime.ClusterDetectionError,
+                     match=r"BrokenTpuDetector detector failed \(Connection"
+                     r"Error: metadata server unreachable\).*TPU_WORKER_ID"):
+    runtime.in_multi_controller_environment()
+
+
 # --- Single-process start-up (fresh interpreters) -----------------------------
 
 
@@ -217,6 +243,29 @@ def test_initialize_single_process_is_idempotent():
       print("SINGLE OK")
       """)
   assert "SINGLE OK" in result.stdout, result.stderr
+
+
+def test_taken_coordinator_port_is_a_clear_error_not_a_hang():
+  import socket  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+
+  # Another job's coordinator, on loopback.
+  with socket.socket() as other:
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    port = other.getsockname()[1]
+    start = time.monotonic()
+    result = _run_python(f"""
+        from tunix_mcjax import runtime
+        runtime.initialize(runtime.RuntimeConfig(
+            coordinator_address="127.0.0.1:{port}", num_processes=2,
+            process_id=0, initialization_timeout_s=100))
+        """)
+    elapsed = time.monotonic() - start
+  assert result.returncode != 0, result.stdout
+  assert (f"CoordinatorAddressError: coordinator port {port} on 127.0.0.1 is"
+          " already in use") in result.stderr, result.stderr[-3000:]
+  assert elapsed < 30, f"took {elapsed:.1f} s"
 
 
 def test_initialize_after_jax_use_is_a_clear_error():

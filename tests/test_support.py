@@ -64,6 +64,7 @@ def test_each_rule_passes_what_mcjax_runs():
   assert support.global_batch("batch_size", 8, 4) is None
   assert support.global_batch("batch_size", None, 3) is None
   assert support.sequence_packing(None) is None
+  assert support.sequence_packing(64, loss_agg_mode="token-mean") is None
   assert support.mesh_layout((4, 1), num_hosts=2, devices_per_host=None) == (
       2, None)
 
@@ -76,8 +77,8 @@ def test_each_rule_passes_what_mcjax_runs():
      " SGLang-JAX engine; set rollout_engine=vanilla"),
     (lambda: support.unsupported_role("critic_model_config"),
      NotImplementedError, "critic_model_config is set"),
-    (lambda: support.lora_engine("vllm_tpu", True), NotImplementedError,
-     "engine='vllm_tpu' with a LoRA actor"),
+    (lambda: support.lora_engine("other", True), NotImplementedError,
+     "engine='other' with a LoRA actor"),
     (lambda: support.lora_settings(0, 8, ".*q_proj"), ValueError,
      "rank=0: a LoRA rank must be an integer >= 1"),
     (lambda: support.lora_settings(8, 8, ".*nothing"), ValueError,
@@ -91,8 +92,10 @@ def test_each_rule_passes_what_mcjax_runs():
     (lambda: support.global_batch("x.mini_batch_size", 3, 2), ValueError,
      "x.mini_batch_size=3 is global and must divide over 2 hosts; use a"
      " multiple of 2."),
-    (lambda: support.sequence_packing(64), NotImplementedError,
-     "max_seq_token_per_tpu (sequence packing) is not supported"),
+    (lambda: support.sequence_packing(
+        64, loss_agg_mode="sequence-mean-token-mean"), NotImplementedError,
+     "max_seq_token_per_tpu (sequence packing) with"
+     " loss_agg_mode='sequence-mean-token-mean'"),
 ])
 def test_each_rule_names_the_problem_and_the_fix(problem, error, message):
   p = problem()
@@ -247,8 +250,8 @@ def test_check_cluster_refuses(cluster_inputs):
        "span every device of every host, host by host"),
       (dict(cluster_config=c.config(data_sharding_axis=("dp",))), ValueError,
        "data_sharding_axis=['dp']"),
-      (dict(cluster_config=c.config(max_seq_token_per_tpu=64)),
-       NotImplementedError, "max_seq_token_per_tpu"),
+      (dict(cluster_config=c.config(max_seq_token_per_tpu=0)),
+       ValueError, "max_seq_token_per_tpu=0 must be a positive number"),
   ]
   for overrides, error, message in cases:
     kw = dict(actor=c.actor, critic=None, reward=None,

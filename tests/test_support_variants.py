@@ -104,3 +104,24 @@ def test_job_counts_optimizer_updates():
   assert cfg.loss_agg_mode() == "sequence-mean-token-mean"
   assert grpo_job.GrpoJobConfig(learner="drgrpo").loss_agg_mode() == (
       "sequence-mean-token-scale")
+
+
+def test_o3_with_several_updates_per_batch_is_refused_before_hosts_start():
+  """Admission refuses it on every host; the job config refuses it first."""
+  problem = support.balanced_updates(balance_by_length=True,
+                                     mini_batch_size=4, batch_size=8)
+  assert "mini_batch_size=4 < batch_size=8" in problem.message
+  for balance, mini in ((True, 8), (False, 4), (True, None)):
+    assert support.balanced_updates(balance_by_length=balance,
+                                    mini_batch_size=mini, batch_size=8) is None
+  # Row-normalised loss (GRPO's default), one micro-batch per update: only
+  # the several updates per batch are left to refuse.
+  with pytest.raises(ValueError, match="mini_batch_size=4 < batch_size=8"):
+    grpo_job.GrpoJobConfig(batch_size=8, mini_batch_size=4,
+                           balance_admission=True)
+  # The same run on hosts: admission's refusal, which this check anticipates.
+  with pytest.raises(ValueError, match="would change which prompts share"):
+    admission.AdmissionConfig(
+        num_hosts=2, host_index=0, num_generations=2, balance_by_length=True,
+        update_size=2).host_prompt_indices(8, lengths=list(range(8)))
+  grpo_job.GrpoJobConfig(batch_size=8, balance_admission=True)  # Accepted.

@@ -213,6 +213,8 @@ class LedgerEntry:
     stats: the batch's statistics for the step's metrics.
     admission_s: time admission spent on the batch.
     taken: rows the engine has taken so far.
+    stream_end: global prompts of the stream up to and including this batch
+      (the data position once its step is trained; -1 if not known).
   """
 
   batch: int
@@ -220,6 +222,7 @@ class LedgerEntry:
   stats: BatchStats
   admission_s: float
   taken: int = 0
+  stream_end: int = -1
 
   @property
   def rows_left(self) -> int:
@@ -272,6 +275,7 @@ class StepLedger:
       *,
       stats: BatchStats,
       admission_s: float,
+      stream_end: int = -1,
   ) -> LedgerEntry:
     """Opens the entry of an admitted batch: G rows per prompt, in order."""
     prompts = np.asarray(prompt_indices, dtype=np.int64)
@@ -282,7 +286,8 @@ class StepLedger:
     )
     with self._lock:
       entry = LedgerEntry(batch=self._recorded, row_ids=rows, stats=stats,
-                          admission_s=float(admission_s))
+                          admission_s=float(admission_s),
+                          stream_end=int(stream_end))
       self._recorded += 1
       self._open.append(entry)
       self._admission_unreported += entry.admission_s
@@ -367,6 +372,46 @@ def _take(values: Any, idx: np.ndarray) -> Any:
   raise TypeError(f"Cannot slice a batch field of type {type(values)}.")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResumeAt:
+  """Where a resumed run's first pass over the dataset continues.
+
+  Attributes:
+    data_position: global prompts of the stream trained before the
+      checkpoint; the batches holding them are skipped without recording
+      (identities continue from here, on any host count).
+    fast_forward_micro_batches: micro-batches that the learner pulls and
+      discards before its first batch (Tunix's learner fast-forwards its
+      iterator by the restored trainer's `iter_steps`); batches covering
+      them are yielded first, unrecorded.
+    micro_batch_size: the learner's per-host training micro-batch (None:
+      it iterates whole batches).
+  """
+
+  data_position: int
+  fast_forward_micro_batches: int = 0
+  micro_batch_size: int | None = None
+
+  def __post_init__(self):
+    if self.data_position < 0 or self.fast_forward_micro_batches < 0:
+      raise ValueError(f"Resume positions must be >= 0, got {self}.")
+
+  def fast_forward_batches(self, host_batch_size: int) -> int:
+    """Batches of `host_batch_size` prompts the fast-forward consumes."""
+    if self.micro_batch_size is None:
+      return self.fast_forward_micro_batches
+    prompts = self.fast_forward_micro_batches * self.micro_batch_size
+    if prompts % host_batch_size:
+      raise ValueError(
+          f"The learner fast-forwards {prompts} prompts per host, not a whole"
+          f" number of this host's {host_batch_size}-prompt batches: the"
+          " checkpoint was written inside a global step (its save interval,"
+          " in optimizer updates, must be a multiple of the updates per"
+          " global step)."
+      )
+    return prompts // host_batch_size
+
+
 class ShardedDataset(Iterable[dict[str, Any]]):
   """This host's share of a stream of global batches (re-iterable)."""
 
@@ -378,8 +423,11 @@ class ShardedDataset(Iterable[dict[str, Any]]):
       length_fn: Callable[[Sequence[str]], Sequence[int]] | None = None,
       first_prompt_index: int = 0,
       same_identities_each_pass: bool = False,
+      resume: ResumeAt | None = None,
   ):
     self._batches = global_batches
+    # Applied to the first pass only (a resumed run continues that pass).
+    self._resume = resume
     self._first_prompt_index = first_prompt_index
     self._same_identities_each_pass = same_identities_each_pass
     self._config = config
@@ -395,6 +443,7 @@ class ShardedDataset(Iterable[dict[str, Any]]):
   def __iter__(self) -> Iterator[dict[str, Any]]:
     if self._same_identities_each_pass:
       self._stream_offset = self._first_prompt_index
+    resume, self._resume = self._resume, None
     global_batch_size = None
     for batch in self._batches:
       t0 = time.perf_counter()
@@ -422,6 +471,24 @@ class ShardedDataset(Iterable[dict[str, Any]]):
             else -1
         )
       local = {k: _take(v, idx) for k, v in batch.items()}
+      if resume is not None:
+        trained = self._stream_offset - self._first_prompt_index
+        if trained < resume.data_position:
+          # Trained before the checkpoint: skipped without taking identities.
+          self._stream_offset += n
+          continue
+        if trained != resume.data_position:
+          raise ValueError(
+              f"The checkpoint's data position {resume.data_position} is not"
+              f" at a batch boundary of this dataset ({n} prompts per batch):"
+              " resume with the batch size the checkpoint was written with."
+          )
+        # The learner's own fast-forward (it pulls and discards the batches
+        # it believes were trained): unrecorded copies, so that no row id is
+        # consumed by a batch that is never generated.
+        for _ in range(resume.fast_forward_batches(len(idx))):
+          yield local
+        resume = None
       stats = BatchStats(digest=prompts_digest(prompts), prompt_tokens=tokens)
       prompt_indices = self._stream_offset + idx
       self._stream_offset += n
@@ -430,6 +497,7 @@ class ShardedDataset(Iterable[dict[str, Any]]):
       self._ledger.record_batch(
           prompt_indices, self._config.num_generations, stats=stats,
           admission_s=elapsed,
+          stream_end=self._stream_offset - self._first_prompt_index,
       )
       yield local
 
@@ -471,6 +539,7 @@ class Admission:
       self, global_batches: Iterable[Mapping[str, Any]], *,
       first_prompt_index: int = 0,
       same_identities_each_pass: bool = False,
+      resume: ResumeAt | None = None,
   ) -> ShardedDataset:
     """This host's share of `global_batches`.
 
@@ -482,11 +551,14 @@ class Admission:
         `first_prompt_index` (an evaluation set: each pass samples with the
         same noise, so passes differ only by the policy). Default: identities
         keep counting, so a prompt seen again draws fresh noise.
+      resume: a resumed run's position (`checkpointing`); None: from the
+        start.
     """
     return ShardedDataset(
         global_batches, self.config, self.ledger, self._length_fn,
         first_prompt_index=first_prompt_index,
         same_identities_each_pass=same_identities_each_pass,
+        resume=resume,
     )
 
   def shard_eval(

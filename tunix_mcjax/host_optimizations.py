@@ -21,8 +21,8 @@ can be tested without a cluster:
 
 - O1 `MetricsExporter`: metrics formatting and I/O (console, JSONL, Tunix's
   metrics logger) on one background thread instead of the step's path.
-- O2 `GcPolicy`: `gc.freeze()` after the warm-up step and no full
-  `gc.collect()` per step.
+- O2 `GcPolicy`: `gc.freeze()` after the warm-up step, and Tunix's own
+  `gc.collect()` calls on the step path skipped.
 
 O3 (prompt admission balanced by length) lives in `admission.py`, O4
 (publication in one call vs one call per parameter) in `publication.py` and
@@ -59,9 +59,9 @@ class HostOptimizations:
     freeze_gc: O2. After the first (warm-up) step, collect once and
       `gc.freeze()` the survivors (model, compiled programs, ...), so later
       collections no longer traverse them; full `gc.collect()` calls on the
-      step path (ours and Tunix's) are skipped. Off: one full `gc.collect()`
-      per step after weight publication, as upstream recipes do (MaxText's
-      `gc_collect_after_weight_sync`; Tunix's `get_actor_per_token_logps`).
+      step path (ours and Tunix's) are skipped. Off: no explicit collection
+      per step, which is what the stock recipes do with the pinned versions
+      (see `GcPolicy`): only Python's automatic collection runs.
     balance_admission: O3. Deal each global batch's prompts to hosts by
       prompt length (snake order over prompts sorted by token count), so
       that hosts get similar amounts of prompt work. Same prompts overall,
@@ -252,8 +252,21 @@ class _NoFullCollect(types.ModuleType):
 class GcPolicy:
   """Garbage-collection policy of a training process (O2 on or off).
 
-  Off (`freeze=False`): `after_step` runs one full `gc.collect()` per step,
-  the upstream behaviour. On: `start` swaps the `gc` module seen by Tunix's
+  Off (`freeze=False`): `after_step` collects nothing, as the stock recipes
+  with the pinned versions (google-tunix 0.1.7, MaxText's RL trainer) do per
+  step; line by line, their full collections are:
+  - Tunix `rl/rl_cluster.py`: `RLCluster.__init__` (once, after building
+    the models) and `_load_model` (once per resharded model): start-up only;
+  - Tunix `get_actor_per_token_logps` (a collect per call): GRPO, DAPO and
+    Dr.GRPO never call it (only the agentic learners do);
+  - Tunix `sft/utils.show_hbm_usage`: once, at `RLLearner.__init__`;
+  - Tunix `generate/utils.transfer_state_with_mappings`: only the vLLM and
+    SGLang-JAX samplers' weight sync, not the vanilla rollout;
+  - MaxText `gc_collect_after_weight_sync` (rl.yml default true, "effective
+    once the tunix pin declares it"): `train_rl.py` forwards it through
+    `_kwargs_supported_by`, which drops it for Tunix 0.1.7's
+    `ClusterConfig`, so no collect runs.
+  On: `start` swaps the `gc` module seen by Tunix's
   modules (`compat.gc_hooks.TUNIX_GC_MODULES`) for a stand-in whose
   `collect()` only counts; `after_step` after the warm-up step collects once
   (so the warm-up's garbage is not frozen) and calls `gc.freeze()`; later
@@ -314,10 +327,7 @@ class GcPolicy:
       step: the 1-based number of the step that just ended.
     """
     t0 = time.perf_counter()
-    if not self.freeze:
-      gc.collect()
-      self.explicit_collects += 1
-    elif not self.frozen and step >= self.warmup_steps:
+    if self.freeze and not self.frozen and step >= self.warmup_steps:
       gc.collect()
       self.explicit_collects += 1
       gc.freeze()

@@ -38,8 +38,10 @@ from __future__ import annotations
 import collections
 from collections.abc import Mapping, Sequence
 import dataclasses
+import errno
 import inspect
 import os
+import socket
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -318,6 +320,10 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
       _set_cpu_device_count(config.local_device_count)
 
     if source == "launcher":
+      if config.process_id == 0:
+        # Process 0 runs the coordinator service. On a taken port it would
+        # crash (SIGSEGV) and the peers would wait out the init timeout.
+        check_coordinator_port(config.coordinator_address)
       jax.distributed.initialize(
           coordinator_address=config.coordinator_address,
           num_processes=config.num_processes,
@@ -360,6 +366,53 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
     )
     _INFO, _CONFIG = info, config
     return info
+
+
+class CoordinatorAddressError(RuntimeError):
+  """This process cannot run the coordinator service at the given address."""
+
+
+def check_coordinator_port(address: str) -> None:
+  """Raises CoordinatorAddressError unless this process can bind `address`.
+
+  Binds and closes a socket (as the coordinator's server would, with
+  SO_REUSEADDR), so a port in use by another job is a clear error before
+  JAX starts the service.
+
+  Args:
+    address: "host:port" the coordinator will bind.
+  """
+  host, port = _parse_host_port(address)
+  host = host.strip("[]")
+  try:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+  except socket.gaierror as e:
+    raise CoordinatorAddressError(
+        f"coordinator address {address!r}: cannot resolve {host!r} ({e}); use"
+        " this machine's IP address or hostname."
+    ) from e
+  family, _, _, _, sockaddr = infos[0]
+  with socket.socket(family, socket.SOCK_STREAM) as sock:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      sock.bind(sockaddr)
+    except OSError as e:
+      if e.errno == errno.EADDRINUSE:
+        raise CoordinatorAddressError(
+            f"coordinator port {port} on {host} is already in use (another"
+            " job, or a previous run still shutting down); process 0 runs the"
+            " coordinator there. Pick a free port for the coordinator address"
+            " (the local launcher picks one itself), or stop what holds it."
+        ) from e
+      if e.errno == errno.EADDRNOTAVAIL:
+        raise CoordinatorAddressError(
+            f"coordinator address {address!r} is not an address of this"
+            " machine, but process 0 (this one) runs the coordinator: give"
+            " process 0's own address, or start process 0 on that host."
+        ) from e
+      raise CoordinatorAddressError(
+          f"cannot bind the coordinator address {address!r}: {e}"
+      ) from e
 
 
 def _optional_distributed_kwargs(config: RuntimeConfig) -> dict[str, Any]:
@@ -415,13 +468,53 @@ def _detected_cluster() -> str | None:
       continue
     try:
       present = cluster.is_env_present()
-    except Exception:  # pylint: disable=broad-exception-caught
-      # A detector that cannot even probe (e.g. no metadata server) means we
-      # are not on that cluster.
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      hints = cluster_hints()
+      if hints:
+        # Falling back to a local simulation here would train the wrong job
+        # (one CPU "cluster" per host) without a word.
+        raise ClusterDetectionError(
+            f"JAX's {cluster.__name__} detector failed ({type(e).__name__}:"
+            f" {e}) on a machine that looks like a cluster"
+            f" ({', '.join(hints)}); fix the cluster environment (e.g. the"
+            " metadata server or the scheduler's variables), or set"
+            " JAX_COORDINATOR_ADDRESS with the process count and id"
+            " explicitly, or unset those variables to run locally."
+        ) from e
+      # A detector that cannot even probe on a plain machine (e.g. no
+      # metadata server off cloud) means we are not on that cluster.
+      logging.debug("cluster detector %s raised %r; not a cluster here",
+                    cluster.__name__, e)
       present = False
     if present:
       return cluster.__name__
   return None
+
+
+# Environment variables set by the schedulers and TPU VMs JAX detects.
+_CLUSTER_HINT_VARS = (
+    "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_orte_hnp_uri",
+    "PMIX_RANK", "KUBERNETES_SERVICE_HOST", "TPU_WORKER_HOSTNAMES",
+    "TPU_WORKER_ID", "CLOUD_TPU_TASK_ID", "MEGASCALE_COORDINATOR_ADDRESS",
+)
+
+
+class ClusterDetectionError(RuntimeError):
+  """A cluster detector failed where a cluster seems to be present."""
+
+
+def cluster_hints(environ: Mapping[str, str] | None = None) -> list[str]:
+  """What makes this machine look like part of a cluster (may be empty)."""
+  environ = os.environ if environ is None else environ
+  hints = [name for name in _CLUSTER_HINT_VARS if environ.get(name)]
+  try:
+    from jax._src import cloud_tpu_init  # pylint: disable=g-import-not-at-top
+
+    if getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False):
+      hints.append("a Cloud TPU VM")
+  except ImportError:
+    pass
+  return hints
 
 
 def _backends_initialized() -> bool:

@@ -125,3 +125,62 @@ def test_modes_are_consistent():
   with pytest.raises(ValueError, match="does not divide"):
     arms.BenchMode(name="x", micro=None, workload=arms.Workload(
         steps=1, batch_size=3), arms=arms.standard_arms(4))
+
+
+def _iv(low, high=None):
+  high = low + 0.2 if high is None else high
+  return stats.Interval(value=(low + high) / 2, low=low, high=high)
+
+
+def _evidence(**kw):
+  good = dict(per_step=(_iv(1.3),) * 3, per_token=(_iv(1.25),) * 3,
+              welch_per_step=_iv(1.2), welch_per_token=_iv(1.2),
+              equal_work=(True,) * 3, launches=(3, 3))
+  return stats.Evidence(**(good | kw))
+
+
+def test_decide_faster_only_when_every_condition_holds():
+  assert stats.decide(_evidence()) == {"verdict": "faster", "reasons": []}
+
+
+@pytest.mark.parametrize("kw,reason", [
+    # One launch pair's per-step bound at the threshold (must exceed).
+    (dict(per_step=(_iv(1.3), _iv(1.111), _iv(1.3))),
+     "per-step lower bound 1.111 <= 1.111 (launch 2)"),
+    (dict(welch_per_step=_iv(1.05)),
+     "per-step lower bound 1.050 <= 1.111 (Welch over launches)"),
+    # Per step holds; per token does not (e.g. the faster arm wrote less).
+    (dict(per_token=(_iv(1.25), _iv(1.25), _iv(1.0))),
+     "per-token lower bound 1.000 <= 1.111 (launch 3)"),
+    (dict(welch_per_token=_iv(0.9)),
+     "per-token lower bound 0.900 <= 1.111 (Welch over launches)"),
+    (dict(equal_work=(True, False, True)), "equal work failed (launch 2)"),
+    (dict(equal_work=()), "equal work failed (not checked)"),
+    (dict(per_step=(_iv(1.3),), per_token=(_iv(1.3),), welch_per_step=None,
+          welch_per_token=None, equal_work=(True,), launches=(1, 1)),
+     "launches 1 and 1 < 3 per arm (provisional)"),
+])
+def test_decide_names_the_failed_condition(kw, reason):
+  got = stats.decide(_evidence(**kw))
+  assert got["verdict"] == "not shown faster"
+  assert got["reasons"] == [reason]
+
+
+def test_decide_slower_and_several_reasons():
+  got = stats.decide(_evidence(per_step=(_iv(0.5, 0.8),) * 3,
+                               welch_per_step=_iv(0.6, 0.85),
+                               launches=(3, 2)))
+  assert got["verdict"] == "slower"
+  assert len(got["reasons"]) == 5  # 3 launches + Welch + launch count.
+
+
+def test_welch_interval_on_log_launch_medians():
+  base, other = [2.0, 2.2, 1.8], [1.0, 1.1, 0.9]
+  iv = stats.welch_ratio_interval(base, other)
+  geo = np.exp(np.mean(np.log(base)) - np.mean(np.log(other)))
+  assert iv.value == pytest.approx(geo)
+  # By hand: equal log spreads, so dof = 4 and t = 2.776.
+  se = np.sqrt(2 * np.var(np.log(base), ddof=1) / 3)
+  assert iv.low == pytest.approx(geo * np.exp(-2.7764451 * se), rel=1e-5)
+  assert iv.high == pytest.approx(geo * np.exp(2.7764451 * se), rel=1e-5)
+  assert stats.welch_ratio_interval([1.0], [1.0, 2.0]) is None

@@ -24,7 +24,6 @@
   (the update would not be the single controller's).
 """
 
-import pathlib
 import subprocess
 import sys
 
@@ -33,37 +32,6 @@ import pytest
 
 import base_config_fixture
 import launch_utils
-
-COLOCATED = [
-    "model_config.model_name=qwen3-0.6b",
-    "model_config.model_id=/models/qwen3-0.6b",
-    "model_config.mesh.shape=(4,1)",
-    "reference_model_config.mesh=null",
-    "reference_model_config.same_mesh_as=actor",
-    "rollout_model_config.mesh=null",
-    "rollout_model_config.same_mesh_as=actor",
-    "tokenizer_config.tokenizer_path=/models/qwen3-0.6b",
-    "batch_size=8",
-]
-
-
-@pytest.fixture(scope="module")
-def cli():
-  from tunix_mcjax.cli import grpo_main  # pylint: disable=g-import-not-at-top
-
-  return grpo_main
-
-
-@pytest.fixture(scope="module")
-def base_config(tmp_path_factory) -> pathlib.Path:
-  return base_config_fixture.write(
-      tmp_path_factory.mktemp("cli_parity") / "base_config.yaml")
-
-
-def _pipeline(cli, base_config, *overrides, **options):
-  argv = ["grpo_main", str(base_config), *COLOCATED, *overrides]
-  return cli.GrpoCliPipeline(
-      argv, options=cli.CliOptions(backend="mcjax", **options))
 
 
 @pytest.fixture
@@ -93,12 +61,9 @@ def parsed_flags():
           publish_in_one_call=False)),
 ])
 def test_o_switch_flags_reach_the_cluster_options(
-    cli, base_config, parsed_flags, args, expected):
+    cli, pipeline, parsed_flags, args, expected):
   parsed_flags("--backend=mcjax", "--engine=native", *args)
-  options = cli.options_from_flags()
-  pipeline = cli.GrpoCliPipeline(
-      ["grpo_main", str(base_config), *COLOCATED], options=options)
-  mcjax = pipeline.mcjax_options()
+  mcjax = pipeline(options=cli.options_from_flags()).mcjax_options()
   assert mcjax.optimizations.as_dict() == expected
   assert mcjax.engine == "native"
 
@@ -114,38 +79,53 @@ def test_mcjax_flags_are_refused_with_the_tunix_backend(cli, parsed_flags):
     ("vllm", "'vllm_tpu' (host-local tpu-inference vLLM"),
     ("sglang_jax", "rollout_engine=vanilla"),
 ])
-def test_tunix_engine_names_are_refused_with_the_fix(cli, base_config,
-                                                     engine, fix):
+def test_tunix_engine_names_are_refused_with_the_fix(cli, pipeline, engine,
+                                                     fix):
   with pytest.raises(cli.ConfigError, match="cannot run with") as e:
     cli.check_mcjax_config(
-        _pipeline(cli, base_config, f"rollout_engine={engine}"), num_hosts=2)
+        pipeline(f"rollout_engine={engine}"), num_hosts=2)
   assert f"rollout_engine={engine!r}" in str(e.value)
   assert fix in str(e.value)
 
 
-def test_engine_flag_names_an_mcjax_engine(cli, base_config):
+def test_engine_flag_names_an_mcjax_engine(cli, pipeline):
   # Explicit: rollout_engine is then not read in Tunix's meaning.
   assert cli.check_mcjax_config(
-      _pipeline(cli, base_config, "rollout_engine=vllm", engine="vllm"),
+      pipeline("rollout_engine=vllm", engine="vllm"),
       num_hosts=2) == 2
   with pytest.raises(cli.ConfigError, match="--engine='sglang' is not an"):
-    cli.check_mcjax_config(_pipeline(cli, base_config, engine="sglang"),
+    cli.check_mcjax_config(pipeline(engine="sglang"),
                            num_hosts=2)
 
 
-def test_balanced_admission_refuses_token_mean_accumulation(cli, base_config):
+def test_balanced_admission_refuses_token_mean_accumulation(cli, pipeline):
   accumulate = ("rl_training_config.mini_batch_size=8",
                 "rl_training_config.train_micro_batch_size=4")
   with pytest.raises(cli.ConfigError, match="grpo_config.loss_agg_mode="
                      "'token-mean' with balance_admission"):
     cli.check_mcjax_config(
-        _pipeline(cli, base_config, *accumulate,
+        pipeline(*accumulate,
                   "grpo_config.loss_agg_mode=token-mean",
                   balance_admission=True),
         num_hosts=2)
   # Row-normalised (Tunix's default) stays exact: accepted.
   assert cli.check_mcjax_config(
-      _pipeline(cli, base_config, *accumulate, balance_admission=True),
+      pipeline(*accumulate, balance_admission=True),
+      num_hosts=2) == 2
+
+
+def test_balanced_admission_refuses_several_updates_per_batch(cli, pipeline):
+  # Admission would refuse it on every host; the CLI refuses it first.
+  with pytest.raises(cli.ConfigError, match="balance_admission \\(O3\\) with"
+                     " rl_training_config.mini_batch_size=4 < batch_size=8"):
+    cli.check_mcjax_config(
+        pipeline("rl_training_config.mini_batch_size=4",
+                 "rl_training_config.train_micro_batch_size=4",
+                 balance_admission=True),
+        num_hosts=2)
+  assert cli.check_mcjax_config(
+      pipeline("rl_training_config.mini_batch_size=4",
+               "rl_training_config.train_micro_batch_size=4"),
       num_hosts=2) == 2
 
 
@@ -154,7 +134,7 @@ def test_tunix_vllm_name_is_refused_before_hosts_start(base_config):
   env["TUNIX_BASE_CONFIG"] = str(base_config)
   proc = subprocess.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
-       *COLOCATED, "rollout_engine=vllm", "--backend=mcjax", "--num_hosts=2"],
+       *base_config_fixture.COLOCATED, "rollout_engine=vllm", "--backend=mcjax", "--num_hosts=2"],
       env=env, capture_output=True, text=True, timeout=180,
   )
   out = proc.stdout + proc.stderr
@@ -162,3 +142,108 @@ def test_tunix_vllm_name_is_refused_before_hosts_start(base_config):
   assert "rollout_engine='vllm': in Tunix this is tpu-inference's vLLM" in out
   assert "--engine" in out
   assert "[launch]" not in out and "[host" not in out
+
+
+# --- --mesh: the trainer mesh, chosen before any host starts -----------------
+
+
+@pytest.fixture
+def checkpoint_dims(tmp_path):
+  """A local checkpoint directory whose config.json gives the widths of the
+  example's tiny model (embed 64: does not divide over 6 devices)."""
+  (tmp_path / "config.json").write_text(
+      '{"hidden_size": 64, "intermediate_size": 128,'
+      ' "num_attention_heads": 4, "num_key_value_heads": 2,'
+      ' "vocab_size": 96}')
+  return (f"model_config.model_id={tmp_path}", "model_config.mesh.shape=(6,1)",
+          "batch_size=6", "rl_training_config.mini_batch_size=6",
+          "rl_training_config.train_micro_batch_size=6")
+
+
+def test_mesh_that_cannot_work_is_refused_naming_a_fix(cli, pipeline,
+                                                       checkpoint_dims):
+  with pytest.raises(cli.ConfigError, match="cannot run with") as e:
+    cli.check_mcjax_config(pipeline(*checkpoint_dims, mesh="fsdp"),
+                           num_hosts=3)
+  message = str(e.value)
+  assert "embed_dim=64 does not divide over the 6 devices" in message
+  assert "--mesh=hsdp (hsdp mesh data=3 x fsdp=2 x tp=1)" in message
+  # A 3-axis (data, fsdp, tp) actor mesh is hsdp: --mesh=fsdp contradicts it.
+  with pytest.raises(cli.ConfigError, match="--mesh=fsdp but"):
+    cli.check_mcjax_config(
+        pipeline(*checkpoint_dims, "model_config.mesh.shape=(3,2,1)",
+                 "model_config.mesh.axis_names=('data','fsdp','tp')",
+                 mesh="fsdp"),
+        num_hosts=3)
+
+
+def test_mesh_auto_picks_hsdp_when_fsdp_does_not_divide(cli, pipeline,
+                                                        checkpoint_dims):
+  for mesh in (None, "auto", "hsdp"):
+    parsed = pipeline(*checkpoint_dims, mesh=mesh)
+    assert cli.check_mcjax_config(parsed, num_hosts=3) == 2
+    choice = parsed.mesh_choice(num_hosts=3, devices_per_host=2)
+    assert (choice.kind, choice.shape) == ("hsdp", (3, 2, 1))
+    assert choice.axis_names == ("data", "fsdp", "tp")
+    assert choice.batch_axes == ("data", "fsdp")
+    assert (choice.reason is not None) == (mesh != "hsdp")
+  # fsdp divides on 2 hosts x 2 devices: auto keeps it.
+  parsed = pipeline(*checkpoint_dims, "model_config.mesh.shape=(4,1)")
+  choice = parsed.mesh_choice(num_hosts=2, devices_per_host=2)
+  assert (choice.kind, choice.shape, choice.axis_names) == (
+      "fsdp", (4, 1), ("fsdp", "tp"))
+  # A hub model: widths unknown before start, so auto keeps the config's.
+  assert pipeline().mesh_choice(num_hosts=2, devices_per_host=2).kind == (
+      "fsdp")
+
+
+@pytest.mark.parametrize("mesh, axes", [("hsdp", ("data", "fsdp")),
+                                         ("fsdp", ("fsdp",))])
+def test_hsdp_splits_the_batch_over_hosts_and_their_devices(
+    cli, pipeline, mesh, axes):
+  """Tunix's default data_sharding_axis ("fsdp",) would ask every host for
+  every row on an hsdp mesh: the cluster config gets ("data", "fsdp")."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
+
+  parsed = pipeline("rl_training_config.eval_every_n_steps=1",
+                    "rl_training_config.actor_optimizer_config.opt_type=sgd",
+                    "rl_training_config.actor_optimizer_config.learning_rate"
+                    "=0.05", mesh=mesh)
+  choice = parsed.mesh_choice(num_hosts=2, devices_per_host=2)
+  # What create_role_to_mesh builds on the hosts, on this process's devices.
+  grid = jax.sharding.Mesh(
+      np.array(jax.devices()[:4]).reshape(choice.shape), choice.axis_names)
+  parsed._mesh_choice = choice  # pylint: disable=protected-access
+  config = parsed.create_cluster_config(role_to_mesh={
+      r: grid for r in (compat.Role.ACTOR, compat.Role.REFERENCE,
+                        compat.Role.ROLLOUT)})
+  assert tuple(config.training_config.data_sharding_axis) == axes
+
+
+def test_mesh_flag_is_mcjax_only_and_checked(cli):
+  with pytest.raises(cli.ConfigError, match="--mesh apply to --backend=mcjax"):
+    cli.CliOptions(backend="tunix", mesh="hsdp")
+  with pytest.raises(cli.ConfigError, match="--mesh='2d' is not one of"):
+    cli.CliOptions(backend="mcjax", mesh="2d")
+
+
+def test_missing_local_inputs_are_refused_before_any_host_starts(
+    cli, pipeline, tmp_path):
+  with pytest.raises(cli.ConfigError, match="cannot run with") as e:
+    cli.check_mcjax_config(
+        pipeline("data_source=huggingface",
+                 f"dataset_name={tmp_path}/no_such_data"),
+        num_hosts=2)
+  assert f"dataset_name='{tmp_path}/no_such_data' does not exist" in str(
+      e.value)
+  (problem,) = cli.data.missing_local_inputs(
+      {"data_source": "local", "data_directory": str(tmp_path / "nope")})
+  assert problem.startswith("data_directory=") and "does not exist" in problem
+  assert cli.data.missing_local_inputs(
+      {"data_source": "local", "data_directory": str(tmp_path)}) == []
+  # A hub dataset name is Tunix's to resolve: not a local path.
+  assert cli.check_mcjax_config(
+      pipeline("data_source=huggingface", "dataset_name=openai/gsm8k"),
+      num_hosts=2) == 2

@@ -15,20 +15,30 @@
 """Tunix's GRPO CLI under both backends: `python -m tunix_mcjax.cli.grpo_main`.
 
 End to end, through the recipe script examples/rl/grpo/gsm8k/run_qwen3.sh
-(Tunix's stock Qwen3 GSM8K recipe, adapted): 2 GRPO steps on CPU with a tiny
-local Qwen3 checkpoint written here and a 24-row slice of the local GSM8K
-train file, as `--backend=tunix` (one process x 4 devices, stock cluster in
-its comparison mode `--placement_invariant_sampling`) and `--backend=mcjax`
+(Tunix's stock Qwen3 GSM8K recipe, adapted, with its LoRA lines: rank 64,
+alpha 64 on all seven projections, and micro-batch 4 of a mini-batch = batch
+of 8 prompts): 2 GRPO steps on CPU with a tiny local Qwen3 checkpoint written
+here and a 32-row GSM8K file, with `--run_eval` and an evaluation pass every
+step, as `--backend=tunix` (one process x 4 devices, stock cluster in its
+comparison mode `--placement_invariant_sampling`) and `--backend=mcjax`
 (2 local hosts x 2 devices). The recipe's `base_config.yaml` is a minimal
 config the tests write themselves (base_config_fixture.py), named by
-TUNIX_BASE_CONFIG, since the google-tunix 0.1.7 wheel does not ship Tunix's. Tolerances are those of tests/test_equivalence.py:
-every prompt, completion and reward identical; losses within rtol = atol =
-1e-6; reward means and grad norms within rtol 1e-6.
+TUNIX_BASE_CONFIG, since the google-tunix 0.1.7 wheel does not ship Tunix's.
 
-The data slice is chosen so that Tunix's prompt-length filter drops 10 of the
-24 rows and leaves a final partial batch of 1 prompt (dropped: it cannot be
-split over 2 hosts), so the runs also show that prompts are dealt after
-filtering and that every host runs the same 2 steps.
+Same per-step numbers, with tests/test_equivalence.py's tolerances: every
+prompt, completion and reward identical (training: global micro-batch k of
+mcjax is the stock micro-batch k; evaluation: each prompt's samples);
+losses within rtol = atol = 1e-6; reward means, grad norms and every
+`rewards/*` and `completions/*` value Tunix's learner logs (TensorBoard,
+train and eval; mcjax: host 0's writer, global values) within rtol 1e-6.
+
+The data file is laid out so that the runs also show Tunix's own data
+handling: `num_batches=4` x 8 = 32 positions, `train_fraction=0.75` -> 24
+train positions (17 prompts pass Tunix's length filter, 7 are too long:
+2 full batches and a final partial batch of 1, which both backends drop
+rather than split unevenly) and 8 test positions (one evaluation batch,
+dealt over the hosts). Prompts are dealt after filtering, and every host runs
+the same 2 steps.
 
 Also: configs mcjax cannot honour, and a `base_config.yaml` that cannot be
 resolved, fail in the parent process before any host starts; and the pure
@@ -38,6 +48,7 @@ config checks, in process.
 import dataclasses
 import json
 import pathlib
+import struct
 import subprocess
 import sys
 import time
@@ -46,7 +57,6 @@ import numpy as np
 import pytest
 
 import launch_utils
-import base_config_fixture
 import tiny_checkpoint
 
 REPO = launch_utils.REPO_ROOT
@@ -54,16 +64,17 @@ RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / "run_qwen3.sh"
 GSM8K_TRAIN = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
 
-BATCH, GENERATIONS, STEPS, MAX_PROMPT = 4, 4, 2, 500
-NUM_ROWS = 24  # After filtering: 14 rows; the first 16 positions give 4+4+1.
+# The recipe's own batch and micro-batch (batch_size=8,
+# train_micro_batch_size=4, mini_batch_size=batch_size).
+BATCH, MICRO, GENERATIONS, STEPS, MAX_PROMPT = 8, 4, 4, 2, 500
 NUM_HOSTS = 2
-
-
-@pytest.fixture(scope="module")
-def base_config(tmp_path_factory) -> pathlib.Path:
-  """The tests' own minimal base config (see base_config_fixture.py)."""
-  return base_config_fixture.write(
-      tmp_path_factory.mktemp("cli_base_config") / "base_config.yaml")
+# Chat template + character tokenizer: a prompt is its question plus
+# 241-250 tokens (measured). Questions of <= 200 characters pass the
+# 500-token filter, questions of >= 300 do not.
+SHORT, LONG = 200, 300
+# Train positions (of 24) holding a too-long question; the rest, 17, pass.
+LONG_AT = (2, 5, 9, 12, 15, 19, 22)
+TRAIN_POSITIONS, TEST_POSITIONS = 24, 8
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +85,39 @@ def inputs(tmp_path_factory, base_config):
   data = root / "gsm8k"
   data.mkdir()
   with open(GSM8K_TRAIN) as f:
-    rows = [next(f) for _ in range(NUM_ROWS)]
-  (data / "train.jsonl").write_text("".join(rows))
+    rows = [json.loads(line) for line, _ in zip(f, range(400))]
+  short = [r for r in rows if len(r["question"]) <= SHORT]
+  long = [r for r in rows if len(r["question"]) >= LONG]
+  layout = [long.pop(0) if i in LONG_AT else short.pop(0)
+            for i in range(TRAIN_POSITIONS)]
+  layout += [short.pop(0) for _ in range(TEST_POSITIONS)]
+  # Tunix's Hugging Face source shuffles the file (seed 42): write it so
+  # that the shuffled order is `layout`.
+  order = _hf_shuffle(len(layout))
+  rows_in_file = [None] * len(layout)
+  for position, index in enumerate(order):
+    rows_in_file[index] = layout[position]
+  (data / "train.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows_in_file))
+  train = [r["question"] for r in layout[:TRAIN_POSITIONS]]
   return {
       "root": root,
       "model": tiny_checkpoint.write(root / "qwen3_tiny"),
       "data": data,
       "base_config": base_config,
-      "questions": [json.loads(r)["question"] for r in rows],
+      "train_passing": [q for i, q in enumerate(train) if i not in LONG_AT],
+      "too_long": [train[i] for i in LONG_AT],
+      "test": [r["question"] for r in layout[TRAIN_POSITIONS:]],
   }
+
+
+
+def _hf_shuffle(n: int) -> list[int]:
+  """Row order of Tunix's `get_huggingface_dataset` (shuffle, seed 42)."""
+  import datasets  # pylint: disable=g-import-not-at-top
+
+  return list(datasets.Dataset.from_dict({"i": list(range(n))}).shuffle(
+      seed=42)["i"])
 
 
 def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
@@ -99,11 +134,11 @@ def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
       "data_dir": str(inputs["data"]),
       "mesh_shape": "(4,1)",
       "use_flash_attention": "false",  # A TPU kernel.
-      "batch_size": str(BATCH),
-      "train_micro_batch_size": str(BATCH),
+      # batch_size and train_micro_batch_size: the recipe's defaults.
       "total_generation_steps": "8",
       "max_prompt_length": str(MAX_PROMPT),
-      "train_fraction": "1.0",
+      "train_fraction": str(TRAIN_POSITIONS / (TRAIN_POSITIONS +
+                                               TEST_POSITIONS)),
       # Checkpoints under this run's tmp directory, never a relative path.
       "checkpoint_dir": str(out / "checkpoints"),
       "HF_DATASETS_CACHE": str(out / "hf_datasets"),
@@ -114,14 +149,16 @@ def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
       "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
   })
   args = [
-      # 4 batches' worth of raw rows; the filter leaves 4 + 4 + 1 prompts.
-      "num_batches=4",
+      "num_batches=4",  # 32 positions: the whole file.
+      "rl_training_config.eval_every_n_steps=1",
       f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}",
+      "rl_training_config.metrics_logging_options.flush_every_n_steps=1",
       # A learning rate that moves the tiny model, so that step 2's samples
       # depend on step 1's update reaching the sampler.
       "rl_training_config.actor_optimizer_config.peak_value=0.05",
       "rl_training_config.actor_optimizer_config.init_value=0.05",
       f"reward_functions=['tunix.cli.reward_fn.gsm8k', '{REWARDS}']",
+      "--run_eval",
       f"--metrics_out={out / 'metrics.jsonl'}",
       *extra,
   ]
@@ -130,7 +167,7 @@ def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
   t0 = time.monotonic()
   proc = subprocess.run(
       ["bash", str(RECIPE), *args], env=env, cwd=work, capture_output=True,
-      text=True, timeout=600,
+      text=True, timeout=900,
   )
   proc.wall_s = time.monotonic() - t0
   assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
@@ -139,13 +176,14 @@ def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
 
 @pytest.fixture(scope="module")
 def runs(inputs, tmp_path_factory):
+  launch_utils.require_markers("multihost", "e2e")
   tmp = tmp_path_factory.mktemp("cli_runs")
   return {
       "tunix": (tmp / "tunix", _recipe(
           inputs, tmp / "tunix", "tunix", "--placement_invariant_sampling")),
       "mcjax": (tmp / "mcjax", _recipe(
           inputs, tmp / "mcjax", "mcjax", f"--num_hosts={NUM_HOSTS}",
-          "--timeout=500")),
+          "--timeout=800")),
   }
 
 
@@ -154,16 +192,52 @@ def _records(out: pathlib.Path) -> list[dict]:
   return [json.loads(l) for l in lines]
 
 
-def _rows(out: pathlib.Path) -> list[dict]:
-  """Per step, all rows in global order (hosts hold contiguous blocks)."""
+def _host_calls(out: pathlib.Path) -> list[list[dict]]:
+  """Per host (in order), every reward call it made, in call order."""
   hosts = sorted((out / "rows").glob("rows_host*.jsonl"))
-  per_host = [
-      [json.loads(l) for l in h.read_text().splitlines()] for h in hosts
-  ]
-  return [
-      {k: sum((h[step][k] for h in per_host), []) for k in per_host[0][0]}
-      for step in range(len(per_host[0]))
-  ]
+  return [[json.loads(l) for l in h.read_text().splitlines()] for h in hosts]
+
+
+def _is_eval(call: dict, inputs) -> bool:
+  return any(q in call["prompts"][0] for q in inputs["test"])
+
+
+def _train_calls(out: pathlib.Path, inputs) -> list[dict]:
+  """Training reward calls (one per rollout micro-batch), hosts' k-th calls
+  joined in host order: with chunked dealing, global micro-batch k."""
+  per_host = [[c for c in h if not _is_eval(c, inputs)]
+              for h in _host_calls(out)]
+  assert len({len(h) for h in per_host}) == 1, [len(h) for h in per_host]
+  return [{k: sum((h[i][k] for h in per_host), []) for k in per_host[0][0]}
+          for i in range(len(per_host[0]))]
+
+
+def _eval_samples(out: pathlib.Path, inputs) -> dict[str, list]:
+  """Each evaluation prompt's (completion, reward) samples, in order (all of
+  a prompt's rows are on one host)."""
+  samples = {}
+  for host in _host_calls(out):
+    for call in (c for c in host if _is_eval(c, inputs)):
+      for p, c, r in zip(call["prompts"], call["completions"],
+                         call["rewards"]):
+        samples.setdefault(p, []).append((c, r))
+  return samples
+
+
+def _logged(out: pathlib.Path) -> dict[tuple[str, int], float]:
+  """Every scalar in the run's TensorBoard files, by (tag, step)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+
+  scalars = {}
+  for path in sorted((out / "tb").rglob("events.out.tfevents.*")):
+    data, i = path.read_bytes(), 0
+    while i < len(data):  # TFRecords: length, its CRC, data, data CRC.
+      (n,) = struct.unpack("<Q", data[i:i + 8])
+      event = event_pb2.Event.FromString(data[i + 12:i + 12 + n])
+      i += 12 + n + 4
+      for value in event.summary.value:
+        scalars[(value.tag, event.step)] = value.simple_value
+  return scalars
 
 
 @pytest.mark.multihost
@@ -190,13 +264,14 @@ def test_both_backends_run_two_steps(runs):
 
 @pytest.mark.multihost
 @pytest.mark.e2e
-def test_same_rows_rewards_and_losses(runs):
-  ref, got = _rows(runs["tunix"][0]), _rows(runs["mcjax"][0])
-  assert len(ref) == len(got) == STEPS
-  for step, (a, b) in enumerate(zip(ref, got)):
-    assert a["prompts"] == b["prompts"], step
-    assert a["completions"] == b["completions"], step
-    assert a["rewards"] == b["rewards"], step
+def test_same_rows_rewards_and_losses(runs, inputs):
+  ref = _train_calls(runs["tunix"][0], inputs)
+  got = _train_calls(runs["mcjax"][0], inputs)
+  # Micro-batch 4 of 8: two rollout micro-batches per step.
+  assert len(ref) == len(got) == STEPS * BATCH // MICRO
+  for k, (a, b) in enumerate(zip(ref, got)):
+    assert len(a["prompts"]) == MICRO * GENERATIONS, k
+    assert a == b, k
   # Not vacuous: samples and rewards differ within a group.
   assert len(set(ref[0]["completions"][:GENERATIONS])) > 1
   assert len(set(ref[0]["rewards"][:GENERATIONS])) > 1
@@ -216,40 +291,73 @@ def test_same_rows_rewards_and_losses(runs):
 
 @pytest.mark.multihost
 @pytest.mark.e2e
+def test_same_evaluation(runs, inputs):
+  """--run_eval: the test split is evaluated every step, on the same rows,
+  and every value Tunix logs (TensorBoard) equals the stock backend's."""
+  ref = _eval_samples(runs["tunix"][0], inputs)
+  got = _eval_samples(runs["mcjax"][0], inputs)
+  assert sorted(ref) == sorted(got)
+  assert len(ref) == TEST_POSITIONS
+  assert ref == got
+  assert all(s and len(s) % GENERATIONS == 0 for s in ref.values())
+  assert len({c for s in ref.values() for c, _ in s}) > 1
+  # Both hosts evaluated a share.
+  for host in _host_calls(runs["mcjax"][0]):
+    assert any(_is_eval(c, inputs) for c in host)
+
+  # Tunix's own values (not JAX's compile timings; mcjax/* are mcjax's).
+  a, b = _logged(runs["tunix"][0]), _logged(runs["mcjax"][0])
+  compared = sorted(k for k in a if not k[0].startswith("jax/"))
+  for kind in ("rewards/eval/", "completions/eval/", "rewards/train/",
+               "actor/train/loss"):
+    assert any(tag.startswith(kind) for tag, _ in compared), (kind, compared)
+  assert not [k for k in compared if k not in b], sorted(set(a) - set(b))
+  off = {k: (a[k], b[k]) for k in compared
+         if not np.isclose(b[k], a[k], **_logged_tolerance(k[0]))}
+  assert not off, off
+
+
+def _logged_tolerance(tag: str) -> dict[str, float]:
+  """Rewards and completion lengths: computed from identical rows. Training
+  loss, KL, grad norm: the 1e-6 of the records above. The learner's
+  evaluation values (`actor/eval/*`) are means over the hosts' shares of
+  the eval batch, combined in another float summation order than one
+  process's mean: rtol 1e-5 (observed: 1.4e-6 on the KL)."""
+  if tag.startswith("actor/eval/"):
+    return dict(rtol=1e-5, atol=1e-6)
+  if tag.startswith("actor/"):
+    return dict(rtol=1e-6, atol=1e-6)
+  return dict(rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
 def test_prompts_are_dealt_after_tunix_filtering(runs, inputs):
   out, proc = runs["mcjax"]
-  hosts = sorted((out / "rows").glob("rows_host*.jsonl"))
-  assert len(hosts) == NUM_HOSTS
-  for h in hosts:
-    steps = [json.loads(l) for l in h.read_text().splitlines()]
-    assert len(steps) == STEPS  # Every host ran the same steps ...
-    for s in steps:  # ... with global batch / hosts prompts each.
-      assert len(set(s["prompts"])) == BATCH // NUM_HOSTS
-      assert len(s["prompts"]) == BATCH // NUM_HOSTS * GENERATIONS
-  # Every prompt seen passed Tunix's length filter, which had rows to drop.
-  seen = {p for step in _rows(out) for p in step["prompts"]}
-  assert len(seen) == STEPS * BATCH
-  some = next(iter(seen))
-  question = next(q for q in inputs["questions"] if q in some)
-  overhead = _num_tokens(some) - len(question)  # Char-level tokenizer.
-  assert all(_num_tokens(p) <= MAX_PROMPT for p in seen)
-  too_long = [q for q in inputs["questions"]
-              if overhead + len(q) > MAX_PROMPT]
-  assert len(too_long) >= NUM_ROWS // 4
-  assert not any(q in p for q in too_long for p in seen)
+  per_host = [[c for c in h if not _is_eval(c, inputs)]
+              for h in _host_calls(out)]
+  assert len(per_host) == NUM_HOSTS
+  for calls in per_host:  # Every host ran the same steps, a share each.
+    assert len(calls) == STEPS * BATCH // MICRO
+    for c in calls:
+      assert len(set(c["prompts"])) == MICRO // NUM_HOSTS
+      assert len(c["prompts"]) == MICRO // NUM_HOSTS * GENERATIONS
+  # The first 16 prompts that passed Tunix's length filter, in order; the
+  # too-long ones and the final partial batch's prompt never ran.
+  seen = []
+  for c in _train_calls(out, inputs):
+    for p in c["prompts"][::GENERATIONS]:
+      seen.append(next(q for q in inputs["train_passing"] if q in p))
+  assert seen == inputs["train_passing"][:STEPS * BATCH]
+  everything = "".join(p for h in _host_calls(out) for c in h
+                       for p in c["prompts"])
+  for q in (*inputs["too_long"], inputs["train_passing"][-1]):
+    assert q not in everything
   # The last batch held 1 prompt: both hosts dropped it rather than diverge.
   lines = (proc.stdout + proc.stderr).splitlines()
   for host in range(NUM_HOSTS):
     assert any(l.startswith(f"[host {host}]") and
                "Dropping a final partial batch of 1" in l for l in lines)
-
-
-def _num_tokens(text: str) -> int:
-  specials = [tiny_checkpoint.IM_START, tiny_checkpoint.IM_END]
-  n = len(text)
-  for s in specials:
-    n -= text.count(s) * (len(s) - 1)
-  return n
 
 
 # --- configs mcjax cannot honour ----------------------------------------------
@@ -340,41 +448,10 @@ def test_unresolvable_base_config_fails_before_start():
 
 
 @pytest.fixture(scope="module")
-def cli():
-  from tunix_mcjax.cli import grpo_main  # pylint: disable=g-import-not-at-top
-
-  return grpo_main
-
-
-@pytest.fixture(scope="module")
 def base_config_lib():
   from tunix_mcjax.cli import base_config as lib  # pylint: disable=g-import-not-at-top
 
   return lib
-
-
-COLOCATED = [
-    "model_config.model_name=qwen3-0.6b",
-    "model_config.model_id=/models/qwen3-0.6b",
-    "model_config.mesh.shape=(4,1)",
-    "reference_model_config.mesh=null",
-    "reference_model_config.same_mesh_as=actor",
-    "rollout_model_config.mesh=null",
-    "rollout_model_config.same_mesh_as=actor",
-    "tokenizer_config.tokenizer_path=/models/qwen3-0.6b",
-    "batch_size=8",
-]
-
-
-@pytest.fixture
-def pipeline(cli, base_config):
-  """Parses the tests' base config with COLOCATED and `overrides`."""
-
-  def make(*overrides: str):
-    argv = ["grpo_main", str(base_config), *COLOCATED, *overrides]
-    return cli.GrpoCliPipeline(argv, options=cli.CliOptions(backend="mcjax"))
-
-  return make
 
 
 def test_seams_in_installed_tunix(cli):

@@ -559,3 +559,16 @@ def test_engine_context_is_validated(devices):
     engines.EngineContext(source_mapping=lambda flat: flat)
   engines.EngineContext(source_mapping=lambda flat: flat,
                         reshard_on_update=True)
+
+
+def test_no_row_ids_is_an_error_in_a_multi_process_job():
+  # Single process (the stock backend's recipes): a counter, with a warning.
+  counter = engines_base.row_ids_or_counter("NativeEngine", None,
+                                            process_count=1)
+  np.testing.assert_array_equal(counter.take(2), [[0, 0], [1, 0]])
+  given = engines_base.CounterRowIds()
+  assert engines_base.row_ids_or_counter(
+      "NativeEngine", given, process_count=2) is given
+  with pytest.raises(ValueError, match=r"NativeEngine has no row-id source"
+                     r" in a 2-process job.*EngineContext\(row_ids=...\)"):
+    engines_base.row_ids_or_counter("NativeEngine", None, process_count=2)

@@ -21,7 +21,6 @@ test runs MaxText's own RL entry point (patched) for 2 GRPO steps with a
 tiny Qwen3 on 2 local hosts x 2 CPU devices under the mcjax backend.
 """
 
-import json
 import os
 import pathlib
 import subprocess
@@ -30,11 +29,8 @@ import sys
 import pytest
 
 import launch_utils
-import tiny_checkpoint
+import train_rl_runs
 from tunix_mcjax.maxtext import patching as maxtext_patching
-
-GSM8K = (launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
-         / "train.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +51,7 @@ def _python(code: str,
 
 def test_every_patch_applies_in_order(tmp_path):
   names = [p.name for p in maxtext_patching.patches()]
-  assert names == sorted(names) and len(names) == 4
+  assert names == sorted(names) and len(names) == 5
   for k in range(1, len(names) + 1):
     dst = maxtext_patching.apply(tmp_path / str(k), upto=k)
     assert (dst / "trainers" / "post_train" / "rl" / "train_rl.py").is_file()
@@ -118,6 +114,10 @@ def test_0002_backend_key_and_clear_errors(patched):
       dict(rl_cluster_backend="mcjax", use_pathways=True),
       dict(rl_rollout_engine="native"),
       dict(rl_rollout_engine="sglang"),
+      # 0005: an engine of the backend itself, by '<backend>:<engine>'.
+      dict(rl_cluster_backend="mcjax", use_pathways=False,
+           rl_rollout_engine="mcjax:vllm"),
+      dict(rl_rollout_engine="mcjax:vllm"),
   ]
   proc = _python(CHECK.format(cases=repr(cases)), patched)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -129,7 +129,11 @@ def test_0002_backend_key_and_clear_errors(patched):
   assert "use_pathways=true" in lines[3] and "use_pathways=false" in lines[3]
   assert "rl_rollout_engine=native needs a backend" in lines[4]
   assert "rl_rollout_engine='sglang'" in lines[5]
-  assert lines[6] == "FACTORY tunix_mcjax.backends"
+  assert "'mcjax:vllm'" in lines[5]  # names the backend-engine form
+  assert lines[6] == "OK"
+  assert "engine of the 'mcjax' cluster backend" in lines[7]
+  assert "rl_cluster_backend='tunix'" in lines[7]
+  assert lines[8] == "FACTORY tunix_mcjax.backends"
   rl_yml = (patched / "maxtext" / "configs" / "post_train"
             / "rl.yml").read_text()
   assert "rl_cluster_backend: 'tunix'" in rl_yml
@@ -158,51 +162,11 @@ def test_0003_backend_is_read_before_jax_starts(patched, tmp_path):
 
 @pytest.fixture(scope="module")
 def rl_run(patched, tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("train_rl")
-  tok = tiny_checkpoint.write(tmp / "tok")
-  rows = [json.loads(line) for line in GSM8K.read_text().splitlines()]
-  rows = sorted(rows, key=lambda r: len(r["question"]))[:16]
-  import datasets  # pylint: disable=g-import-not-at-top
-
-  datasets.Dataset.from_list(
-      [{"question": r["question"], "answer": r["answer"]} for r in rows]
-  ).to_parquet(str(tmp / "train.parquet"))
-  rl_yml = patched / "maxtext" / "configs" / "post_train" / "rl.yml"
-  vocab = len(
-      json.loads((tok / "tokenizer.json").read_text())["model"]["vocab"])
-  args = [
-      sys.executable, "-m", "maxtext.trainers.post_train.rl.train_rl",
-      str(rl_yml), "rl_cluster_backend=mcjax", "use_pathways=false",
-      "rl_rollout_engine=native", "model_name=qwen3-0.6b",
-      "override_model_config=True", "base_emb_dim=64",
-      "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
-      "base_mlp_dim=128", "base_num_decoder_layers=2", f"vocab_size={vocab}",
-      "weight_dtype=float32", "dtype=float32", "hardware=cpu",
-      "attention=dot_product", "convert_checkpoint_if_possible=false",
-      f"tokenizer_path={tok}", f"hf_train_files={tmp / 'train.parquet'}",
-      "dataset_name=openai/gsm8k", "num_test_batches=0", "batch_size=4",
-      "num_batches=2", "rl.num_generations=2",
-      "max_prefill_predict_length=512", "max_target_length=528",
-      "enable_checkpointing=false", f"base_output_directory={tmp / 'out'}",
-      "run_name=e2e",
-  ]
-  env = {"DECOUPLE_GCLOUD": "TRUE",
-         "PYTHONPATH": f"{patched}{os.pathsep}{launch_utils.REPO_ROOT}"}
-  return launch_utils.run_launched(args, num_hosts=2, devices_per_host=2,
-                                   timeout=500, extra_env=env)
+  return train_rl_runs.run(patched, tmp_path_factory.mktemp("train_rl"),
+                           rollout_engine="native")
 
 
 @pytest.mark.multihost
 @pytest.mark.e2e
 def test_patched_train_rl_runs_two_steps_on_two_hosts(rl_run):
-  launch_utils.assert_ok(rl_run)
-  out = rl_run.stdout
-  # Real jax.distributed start-up through the backend's hook, no Pathways.
-  assert "tunix_mcjax runtime (launcher): process 1 of 2" in (
-      out + rl_run.stderr)
-  assert "[host 0] [mcjax] step 1:" in out and "[host 0] [mcjax] step 2:" in out
-  assert "[mcjax] step 3:" not in out
-  logs = rl_run.stdout + rl_run.stderr
-  for host in (0, 1):
-    assert any("RL Training Completed Successfully" in line
-               for line in launch_utils.host_lines(logs, host))
+  train_rl_runs.assert_two_steps_on_two_hosts(rl_run)

@@ -55,6 +55,19 @@ from typing import Any
 import yaml
 
 MESH = {"shape": "(4,1)", "axis_names": "('fsdp','tp')"}
+# Overrides that make a colocated config (every role on the actor's mesh)
+# mcjax can run: the starting point of the CLI tests' config checks.
+COLOCATED = (
+    "model_config.model_name=qwen3-0.6b",
+    "model_config.model_id=/models/qwen3-0.6b",
+    "model_config.mesh.shape=(4,1)",
+    "reference_model_config.mesh=null",
+    "reference_model_config.same_mesh_as=actor",
+    "rollout_model_config.mesh=null",
+    "rollout_model_config.same_mesh_as=actor",
+    "tokenizer_config.tokenizer_path=/models/qwen3-0.6b",
+    "batch_size=8",
+)
 
 
 def config(scratch_dir: pathlib.Path) -> dict[str, Any]:

@@ -38,6 +38,24 @@ EQUIVALENCE_FLAGS = (
 )
 # An evaluation pass before every step (tests/test_eval_equivalence.py).
 EVAL_FLAGS = ("--eval_every=1", "--eval_batches=1")
+# LoRA rank 4 on all seven projections (the example's default modules).
+LORA_FLAGS = ("--lora_rank=4", "--lora_alpha=8")
+# The 3-host run shared by tests/test_lora.py, tests/test_hsdp.py and
+# tests/test_equivalence_variants.py (conftest `three_host_runs`): LoRA,
+# gradient accumulation micro 3 < mini 6 < batch 12 prompts (one prompt per
+# host per micro-batch), 2 samples each; on 3 hosts x 2 devices the tiny
+# model's 64-wide embedding does not divide over 6 fsdp devices, so the
+# example's --mesh=auto picks hsdp.
+THREE_HOST_FLAGS = (
+    *(f for f in EQUIVALENCE_FLAGS
+      if not f.startswith(("--batch_size", "--num_generations"))),
+    "--batch_size=12", "--mini_batch_size=6", "--micro_batch_size=3",
+    "--num_generations=2", *LORA_FLAGS,
+)
+THREE_HOST_CALLS_PER_STEP = 12 // 3  # Reward calls: one per micro-batch.
+# The 2-host LoRA run, with Tunix's Dr.GRPO learner (conftest
+# `lora_drgrpo_runs`; tests/test_lora.py, tests/test_equivalence_variants.py).
+LORA_DRGRPO_FLAGS = (*EQUIVALENCE_FLAGS, *LORA_FLAGS, "--learner=drgrpo")
 
 
 def run_example(out: pathlib.Path, *args: str,
@@ -56,8 +74,10 @@ def run_example(out: pathlib.Path, *args: str,
 
 
 def read_rollouts(out: pathlib.Path) -> list[dict]:
-  """Per step, all hosts' rows in global order (hosts hold contiguous
-  blocks)."""
+  """Per reward call (one per step, or per rollout micro-batch), all hosts'
+  rows in global order: hosts hold contiguous blocks of a call, and with
+  chunked dealing host h's k-th call holds its chunk of global micro-batch
+  k."""
   hosts = sorted(out.glob("rollouts_host*.json"))
   per_host = [json.loads(h.read_text()) for h in hosts]
   steps = []
@@ -70,16 +90,26 @@ def read_rollouts(out: pathlib.Path) -> list[dict]:
 
 
 def assert_same_rollouts_and_rewards(ref_dir: pathlib.Path,
-                                     got_dir: pathlib.Path) -> None:
+                                     got_dir: pathlib.Path, *,
+                                     calls: int = 2,
+                                     group: int = 4) -> None:
+  """Every reward call's prompts, completions and rewards are identical.
+
+  Args:
+    ref_dir, got_dir: the two runs' dump directories.
+    calls: reward calls expected (2 steps x rollout micro-batches per step).
+    group: samples per prompt (--num_generations).
+  """
   ref, got = read_rollouts(ref_dir), read_rollouts(got_dir)
-  assert len(ref) == len(got) == 2
-  for step, (a, b) in enumerate(zip(ref, got)):
-    assert a["prompts"] == b["prompts"], step
-    assert a["completions"] == b["completions"], step
-    assert a["rewards"] == b["rewards"], step
+  assert len(ref) == len(got) == calls
+  for k, (a, b) in enumerate(zip(ref, got)):
+    assert a["prompts"] == b["prompts"], k
+    assert a["completions"] == b["completions"], k
+    assert a["rewards"] == b["rewards"], k
   # The comparison is not vacuous: sampling produced different completions
   # within a group, so the advantages (and gradients) are non-zero.
-  assert len(set(ref[0]["completions"][:4])) > 1
+  assert any(len(set(c["completions"][i:i + group])) > 1
+             for c in ref for i in range(0, len(c["completions"]), group))
 
 
 def assert_same_losses_and_parameters(ref_dir: pathlib.Path,

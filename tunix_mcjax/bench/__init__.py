@@ -12,11 +12,14 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Side-by-side benchmark of the tunix and mcjax backends.
+"""Side-by-side benchmark of stock Tunix and the mcjax backend.
 
 `python -m tunix_mcjax.bench --mode quick|full` (or `make bench`) runs the
-arms of `arms.MODES[mode]` on identical work, then micro-benchmarks, and
-writes runs/bench/report.json, report.md, step_time.png and phases.png.
-Modules: `arms` (what runs), `harness` (running it), `stats` (the
-measurement protocol), `report` (outputs), `micro` (micro-benchmarks).
+arms of `arms.MODES[mode]` on identical work (`launches` each), then
+micro-benchmarks, and writes runs/bench/report.json, report.md,
+step_time.png, phases.png and breakdown.png. Modules: `arms` (what runs),
+`harness` (running it), `stats` (the measurement protocol and the paper's
+verdict), `traces` (step breakdown from profiler traces), `report`
+(outputs), `micro` (micro-benchmarks), `device_job` (one process of
+scripts/bench_device.py, the prepared GPU run).
 """

@@ -16,7 +16,7 @@ r"""Benchmark command line.
 
   python -m tunix_mcjax.bench --mode=quick            # make bench
   python -m tunix_mcjax.bench --mode=full --out=runs/bench-full
-  python -m tunix_mcjax.bench --mode=quick --arms=tunix,mcjax-optimized \
+  python -m tunix_mcjax.bench --mode=quick --arms=tunix-stock,mcjax-optimized \
       --steps=2 --nomicro                             # a short subset
 
 Exit status: 0 when every arm ran and the report was written, 1 otherwise

@@ -19,7 +19,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-BASELINE = "tunix"
+# The baseline: Tunix exactly as a Tunix user runs it.
+BASELINE = "tunix-stock"
+# Stock Tunix cluster with mcjax's placement-invariant engine: draws the same
+# samples as the mcjax arms (the equivalence-style comparison).
+INVARIANT = "tunix-invariant"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -28,12 +32,18 @@ class Arm:
 
   Attributes:
     name: label in the report.
-    backend: "tunix" (stock single controller, one process over all
-      devices) or "mcjax" (one process per host).
+    backend: "tunix" (Tunix's stock `RLCluster`, single controller, one
+      process over all devices) or "mcjax" (one process per host).
     num_hosts: simulated hosts (1 for "tunix").
     devices_per_host: fake CPU devices per host.
     profile: mcjax host optimizations ("base" or "optimized"); None for
       "tunix".
+    stock_rollout: "tunix" only. True: Tunix's own vanilla rollout, which
+      shares the actor's weights (no copy per step) and draws one random
+      stream per batch, exactly as a Tunix user runs it (`--engine=vanilla`).
+      False: mcjax's placement-invariant native engine inside the stock
+      cluster (per-row sampling keys, one weight copy per step), which draws
+      the same samples as the mcjax arms.
   """
 
   name: str
@@ -41,6 +51,7 @@ class Arm:
   num_hosts: int
   devices_per_host: int
   profile: str | None = None
+  stock_rollout: bool = False
 
   def __post_init__(self):
     if self.backend not in ("tunix", "mcjax"):
@@ -51,6 +62,17 @@ class Arm:
       raise ValueError("The tunix arm is one process and has no profile.")
     if self.backend == "mcjax" and self.profile not in ("base", "optimized"):
       raise ValueError(f"mcjax arm {self.name} needs a profile.")
+    if self.stock_rollout and self.backend != "tunix":
+      raise ValueError("stock_rollout is Tunix's own rollout: backend tunix.")
+
+  def describe(self) -> str:
+    """One line for the report: what this arm runs."""
+    if self.backend == "tunix":
+      return ("Tunix RLCluster + " + (
+          "its vanilla rollout sharing the actor's weights (stock)"
+          if self.stock_rollout else
+          "mcjax's placement-invariant engine (weight copy per step)"))
+    return f"mcjax, {self.num_hosts} host(s), profile {self.profile}"
 
   @property
   def total_devices(self) -> int:
@@ -61,6 +83,7 @@ class Arm:
              f"--devices_per_host={self.devices_per_host}"]
     if self.profile:
       flags.append(f"--profile={self.profile}")
+    flags.append("--engine=" + ("vanilla" if self.stock_rollout else "native"))
     return flags
 
 
@@ -128,8 +151,16 @@ class BenchMode:
   workload: Workload
   micro: MicroConfig | None
   arm_timeout_s: int = 900
+  # Launches per arm (the paper's verdict needs 3); arms are interleaved
+  # launch by launch so that drift in the machine's load hits all of them.
+  launches: int = 1
+  # Record a JAX profiler trace of one step per launch (the last step of the
+  # first, unscored pass) for the step breakdown (`traces`).
+  trace: bool = True
 
   def __post_init__(self):
+    if self.launches < 1:
+      raise ValueError(f"launches must be >= 1, got {self.launches}.")
     names = [a.name for a in self.arms]
     if len(set(names)) != len(names):
       raise ValueError(f"Arm names must be unique: {names}.")
@@ -151,11 +182,14 @@ class BenchMode:
 
 
 def standard_arms(total_devices: int) -> tuple[Arm, ...]:
-  """tunix; mcjax base and optimized at 2 hosts; optimized at 1 and 4 hosts."""
+  """tunix-stock, tunix-invariant; mcjax base and optimized at 2 hosts;
+  optimized at 1 and 4 hosts."""
   if total_devices % 4:
     raise ValueError("total_devices must be a multiple of 4.")
   return (
       Arm(name=BASELINE, backend="tunix", num_hosts=1,
+          devices_per_host=total_devices, stock_rollout=True),
+      Arm(name=INVARIANT, backend="tunix", num_hosts=1,
           devices_per_host=total_devices),
       Arm(name="mcjax-base", backend="mcjax", num_hosts=2,
           devices_per_host=total_devices // 2, profile="base"),
@@ -186,11 +220,13 @@ MODES = {
                           max_new_tokens=16),
         micro=MicroConfig(layers=28, repeats=5, rows=64, max_tokens=64),
         arm_timeout_s=3600,
+        launches=3,
     ),
 }
 
 # Ratios reported besides "each arm vs the baseline": (baseline, other).
 EXTRA_COMPARISONS = (
+    (INVARIANT, "mcjax-optimized"),  # Same samples: the backend alone.
     ("mcjax-base", "mcjax-optimized"),  # What O1-O4 buy.
     ("mcjax-optimized-1host", "mcjax-optimized"),  # 1 -> 2 hosts.
     ("mcjax-optimized-1host", "mcjax-optimized-4hosts"),  # 1 -> 4 hosts.

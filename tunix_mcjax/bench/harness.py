@@ -14,9 +14,11 @@
 
 """Runs the arms side by side, then the micro-benchmarks; writes the report.
 
-Every arm is one launcher invocation of the GRPO example
-(examples/grpo_qwen3.py), in sequence, on the same workload; its per-step
-JSONL lands in OUT/<arm>/metrics.jsonl and its console in OUT/<arm>/log.txt.
+Every launch of an arm is one launcher invocation of the GRPO example
+(examples/grpo_qwen3.py) on the same workload; launches run arm after arm,
+launch round after launch round. A launch's per-step JSONL lands in
+OUT/<arm>/launch<k>/metrics.jsonl, its console in .../log.txt and the
+profiler trace of its traced step in .../trace/host<i>.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import platform
 import random
 import subprocess
 import sys
@@ -56,7 +59,8 @@ def _load() -> float | None:
     return None
 
 
-def _run(cmd: Sequence[str], log: pathlib.Path, timeout_s: float) -> dict:
+def run_command(cmd: Sequence[str], log: pathlib.Path, timeout_s: float,
+                env: dict[str, str] | None = None) -> dict:
   """Runs `cmd`, output to `log`; notes the machine's load around it.
 
   Other work on the machine distorts a run's step times; the 1-minute load
@@ -70,37 +74,108 @@ def _run(cmd: Sequence[str], log: pathlib.Path, timeout_s: float) -> dict:
     f.flush()
     try:
       proc = subprocess.run(
-          list(cmd), stdout=f, stderr=subprocess.STDOUT, env=_env(),
+          list(cmd), stdout=f, stderr=subprocess.STDOUT,
+          env=_env() if env is None else env,
           cwd=REPO_ROOT, timeout=timeout_s + 60, stdin=subprocess.DEVNULL,
           check=False)
       rc = proc.returncode
     except subprocess.TimeoutExpired:
       rc = 124
   return {"returncode": rc, "wall_s": time.perf_counter() - t0,
-          "log": str(log), "load_before": load_before,
+          "log": str(log), "cmd": list(cmd), "load_before": load_before,
           "load_after": _load()}
 
 
+def traced_step(workload: arms_lib.Workload) -> int:
+  """The step a launch traces: the last of the first pass (compiled, not
+  scored; a trace slows the step it records)."""
+  return workload.steps if workload.passes > 1 else 1
+
+
 def run_arm(arm: arms_lib.Arm, workload: arms_lib.Workload,
-            out: pathlib.Path, timeout_s: int) -> dict[str, Any]:
-  """Runs one arm; returns how it went and where its metrics are."""
+            out: pathlib.Path, timeout_s: int, *, launch: int = 0,
+            trace: bool = True) -> dict[str, Any]:
+  """Runs one launch of an arm; returns how it went and where its files are."""
   if not EXAMPLE.exists():
     raise FileNotFoundError(
         f"{EXAMPLE} not found: run the benchmark from a checkout of the repo.")
-  folder = out / arm.name
+  folder = out / arm.name / f"launch{launch}"
   metrics = folder / "metrics.jsonl"
   if metrics.exists():
     metrics.unlink()
   cmd = [sys.executable, str(EXAMPLE), *arm.job_flags(),
          *workload.job_flags(), f"--metrics_out={metrics}",
          f"--timeout={timeout_s}"]
-  print(f"[bench] arm {arm.name}: {arm.num_hosts} host(s) x"
-        f" {arm.devices_per_host} devices ...", flush=True)
-  res = _run(cmd, folder / "log.txt", timeout_s)
+  if trace:
+    cmd += [f"--trace_steps={traced_step(workload)}",
+            f"--trace_dir={folder / 'trace'}"]
+  print(f"[bench] arm {arm.name} launch {launch + 1}: {arm.num_hosts}"
+        f" host(s) x {arm.devices_per_host} devices ...", flush=True)
+  res = run_command(cmd, folder / "log.txt", timeout_s)
   res["metrics"] = str(metrics)
-  print(f"[bench] arm {arm.name}: exit {res['returncode']},"
-        f" {res['wall_s']:.0f} s", flush=True)
+  res["trace_dir"] = str(folder / "trace") if trace else None
+  res["traced_step"] = traced_step(workload) if trace else None
+  print(f"[bench] arm {arm.name} launch {launch + 1}: exit"
+        f" {res['returncode']}, {res['wall_s']:.0f} s", flush=True)
   return res
+
+
+def cpu_model() -> str:
+  """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+  try:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+      if line.lower().startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+_PROBE = (
+    "import json, jax; d = jax.devices(); print(json.dumps({'platform':"
+    " d[0].platform, 'device_kind': d[0].device_kind, 'count': len(d),"
+    " 'jax': jax.__version__}))"
+)
+
+
+def detect_accelerator(timeout_s: float = 120) -> dict[str, Any]:
+  """What JAX finds on this machine by default, asked in a child process.
+
+  A child, so that this process never holds an accelerator the arms need
+  (JAX preallocates most of a GPU's memory).
+  """
+  env = _env()
+  env.pop("JAX_PLATFORMS", None)
+  try:
+    proc = subprocess.run([sys.executable, "-c", _PROBE], env=env,
+                          capture_output=True, text=True, timeout=timeout_s,
+                          check=False, stdin=subprocess.DEVNULL)
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+  except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
+    return {"platform": None, "error": f"device probe failed: {e!r}"}
+  return found
+
+
+def machine_info(*, load_before: float | None,
+                 load_after: float | None,
+                 accelerator: dict[str, Any]) -> dict[str, Any]:
+  """What the numbers were measured on (nothing hard-coded)."""
+  info: dict[str, Any] = {
+      "cpu_model": cpu_model(),
+      "machine": platform.machine(),
+      "system": platform.system(),
+      "python": platform.python_version(),
+      "cpu_count": os.cpu_count(),
+      "load_before": load_before,
+      "load_after": load_after,
+      "accelerator": accelerator,
+  }
+  try:
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    info["memory_gib"] = round(pages * size / 2**30, 1)
+  except (ValueError, OSError, AttributeError):
+    pass
+  return info
 
 
 def run_micro(micro: arms_lib.MicroConfig, out: pathlib.Path,
@@ -127,11 +202,12 @@ def run_micro(micro: arms_lib.MicroConfig, out: pathlib.Path,
            str(timeout_s), "--",
            sys.executable, "-m", "tunix_mcjax.bench.micro_job",
            f"--part={part}", *common]
-    runs[part] = _run(cmd, folder / f"{part}_log.txt", timeout_s)
+    runs[part] = run_command(cmd, folder / f"{part}_log.txt", timeout_s)
   result: dict[str, Any] = {"runs": runs, "config": dataclasses.asdict(micro)}
   for part in ("hosts", "single"):
     result[part] = [json.loads(p.read_text())
                     for p in sorted(folder.glob(f"{part}_host*.json"))]
+  result["gsm8k_extraction"] = micro_lib.gsm8k_extraction_scaling()
   prompts = _admission_prompts(micro.admission_prompts)
   result["admission"] = {
       "source": prompts[1],
@@ -162,12 +238,20 @@ def run_bench(
   """Runs the arms and micro-benchmarks; writes and returns the report."""
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
-  runs = {arm.name: run_arm(arm, mode.workload, out, mode.arm_timeout_s)
-          for arm in mode.arms}
+  load_before = _load()
+  accelerator = detect_accelerator()
+  runs: dict[str, list[dict[str, Any]]] = {a.name: [] for a in mode.arms}
+  for launch in range(mode.launches):
+    for arm in mode.arms:
+      runs[arm.name].append(run_arm(
+          arm, mode.workload, out, mode.arm_timeout_s, launch=launch,
+          trace=mode.trace))
   micro = None
   if with_micro and mode.micro is not None:
     micro = run_micro(mode.micro, out, mode.arm_timeout_s)
-  report = report_lib.build_report(mode, runs, micro)
+  machine = machine_info(load_before=load_before, load_after=_load(),
+                         accelerator=accelerator)
+  report = report_lib.build_report(mode, runs, micro, machine=machine)
   report["bench_wall_s"] = time.perf_counter() - t0
   report_lib.write_outputs(report, out)
   return report

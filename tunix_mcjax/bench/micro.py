@@ -83,8 +83,17 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list]:
   return statistics.median(times), times
 
 
-def publication_bench(*, layers: int | None, repeats: int) -> dict[str, Any]:
-  """Publication one-call / per-parameter vs the all-gather + copy floor."""
+def publication_bench(
+    *, layers: int | None, repeats: int,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> dict[str, Any]:
+  """Publication one-call / per-parameter vs the all-gather + copy floor.
+
+  Args:
+    layers: layers of the Qwen3-0.6B-shaped tree (None: all 28).
+    repeats: timed repeats (median).
+    shapes: name -> shape of another tree instead (smoke runs).
+  """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
@@ -92,7 +101,7 @@ def publication_bench(*, layers: int | None, repeats: int) -> dict[str, Any]:
 
   gm, lm = runtime.global_mesh(), runtime.local_mesh()
   fsdp = gm.shape["fsdp"]
-  shapes = qwen3_shapes(layers)
+  shapes = qwen3_shapes(layers) if shapes is None else shapes
   dtype = jnp.bfloat16
 
   def trainer_sharding(shape):
@@ -268,4 +277,47 @@ def admission_vs_hosts(
         adm.row_ids.take(adm.row_ids.pending())
       row[name] = statistics.median(times)
     out.append(row)
+  return out
+
+
+# Completions that stress a number-extracting regex: long digit runs with
+# separators (greedy quantifiers), many near-matches, many markers, an
+# unclosed \boxed{ and no number at all.
+_EXTRACTION_SHAPES = {
+    "digits_commas": "1,2" + "3," * 50,
+    "dotted": "1.2.3." * 20,
+    "minus_no_digit": "- -- -" * 20,
+    "markers": "#### x " * 20,
+    "unclosed_boxed": "\\boxed{ {1 " * 10,
+    "prose": "The answer is 12 apples and 3.5 pears. " * 3,
+}
+
+
+def gsm8k_extraction_scaling(
+    sizes: Sequence[int] = (10_000, 100_000), repeats: int = 5
+) -> dict[str, Any]:
+  """Seconds of `tasks.extract_final_number` per completion size and shape.
+
+  Linear extraction takes ~10x longer for a 10x longer completion; a
+  quadratic one ~100x. Each time is the fastest of `repeats` (the least
+  disturbed by other work on the machine).
+  """
+  from tunix_mcjax.recipes import tasks  # pylint: disable=g-import-not-at-top
+
+  out: dict[str, Any] = {"sizes": list(sizes), "shapes": {}}
+  for name, unit in _EXTRACTION_SHAPES.items():
+    row = {}
+    for n in sizes:
+      text = (unit * (n // len(unit) + 1))[:n]
+      best = float("inf")
+      for _ in range(repeats):
+        t0 = time.perf_counter()
+        tasks.extract_final_number(text)
+        best = min(best, time.perf_counter() - t0)
+      row[str(n)] = best
+    out["shapes"][name] = row
+  lo, hi = str(min(sizes)), str(max(sizes))
+  out["largest_s"] = max(r[hi] for r in out["shapes"].values())
+  out["worst_growth"] = max(r[hi] / max(r[lo], 1e-9)
+                            for r in out["shapes"].values())
   return out

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import platform
 from typing import Any
 
 import numpy as np
@@ -29,32 +28,11 @@ import numpy as np
 from tunix_mcjax import telemetry
 from tunix_mcjax.bench import arms as arms_lib
 from tunix_mcjax.bench import stats
+from tunix_mcjax.bench import traces
 
 PHASES = telemetry.PHASES
 OVERHEADS = telemetry.HOST_OVERHEADS
 PARTS = PHASES + OVERHEADS
-
-
-def machine_info() -> dict[str, Any]:
-  """What the numbers were measured on."""
-  info: dict[str, Any] = {
-      "machine": platform.machine(),
-      "system": platform.system(),
-      "python": platform.python_version(),
-      "cpu_count": os.cpu_count(),
-      "accelerator": "none (CPU only; JAX fake CPU devices)",
-  }
-  try:
-    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    info["memory_gib"] = round(pages * size / 2**30, 1)
-  except (ValueError, OSError, AttributeError):
-    pass
-  try:
-    import jax  # pylint: disable=g-import-not-at-top
-    info["jax"] = jax.__version__
-  except ImportError:
-    pass
-  return info
 
 
 def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -64,19 +42,71 @@ def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
   return [json.loads(line) for line in p.read_text().splitlines() if line]
 
 
-def summarize_arm(
+def step_tokens(record: Mapping[str, Any]) -> int:
+  """A step record's completion tokens (over all hosts), checked.
+
+  Per-token times divide by it, so a missing or non-positive count is an
+  error rather than a stand-in value (which would report the step time as
+  the time per token).
+
+  Raises:
+    ValueError: naming the step.
+  """
+  tokens = record.get("completion_tokens")
+  if tokens is None or isinstance(tokens, bool) or int(tokens) < 1:
+    raise ValueError(
+        f"step {record.get('step')} of the bench records has"
+        f" completion_tokens={tokens!r}; per-token times need the count of"
+        " completion tokens (>= 1): check that the run wrote complete step"
+        " records (telemetry.StepRecord) and rerun the arm."
+    )
+  return int(tokens)
+
+
+def work_extras(scored: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """Per-launch work statistics beyond the equal-work check's.
+
+  The place for statistics of what an arm processed that the report shows
+  per arm ("Work" table), e.g. the padded-token share of sequence packing.
+  """
+  tokens = [step_tokens(r) for r in scored]
+  return {"completion_tokens_per_step": float(np.mean(tokens))
+          if tokens else None}
+
+
+def _startup_and_compile(records: Sequence[Mapping[str, Any]],
+                         workload: arms_lib.Workload, run: Mapping[str, Any],
+                         steady_median: float | None) -> dict[str, Any]:
+  """Start-up and compilation time of one launch, each on its own.
+
+  - start-up: the launch's wall time outside its recorded steps (process
+    and JAX start, model build, the learner's set-up, shutdown);
+  - compile: what the first pass's steps took beyond the steady median
+    (their first-time compilations; the second pass runs the same batches
+    with everything compiled).
+  """
+  out: dict[str, Any] = {"startup_s": None, "compile_s": None}
+  if not records or run.get("wall_s") is None:
+    return out
+  steps_s = sum(float(r["step_time_s"]) for r in records)
+  out["startup_s"] = max(0.0, float(run["wall_s"]) - steps_s)
+  if steady_median is not None:
+    first = [float(r["step_time_s"]) for r in records
+             if not workload.scored(int(r["step"]))]
+    out["compile_s"] = float(sum(max(0.0, t - steady_median) for t in first))
+  return out
+
+
+def summarize_launch(
     arm: arms_lib.Arm,
     workload: arms_lib.Workload,
     records: Sequence[Mapping[str, Any]],
     run: Mapping[str, Any],
 ) -> dict[str, Any]:
-  """One arm's scored steps, medians with intervals, and phase breakdown."""
+  """One launch: scored steps, medians with intervals, phase breakdown."""
   expected = workload.steps * workload.passes
   scored = [r for r in records if workload.scored(int(r["step"]))]
   out: dict[str, Any] = {
-      "config": {"backend": arm.backend, "num_hosts": arm.num_hosts,
-                 "devices_per_host": arm.devices_per_host,
-                 "profile": arm.profile},
       "run": dict(run),
       "steps_recorded": len(records),
       "steps_scored": len(scored),
@@ -86,15 +116,87 @@ def summarize_arm(
   if not out["ok"]:
     out["error"] = (f"exit {run.get('returncode')}, {len(records)} of"
                     f" {expected} steps recorded; see {run.get('log')}")
+  if run.get("trace_dir"):
+    try:
+      out["trace"] = traces.analyse_dir(run["trace_dir"])
+    except (ValueError, OSError, KeyError) as e:
+      out["trace"] = {"error": f"{type(e).__name__}: {e}"}
   if not scored:
     return out
   times = [float(r["step_time_s"]) for r in scored]
-  tokens = [max(int(r.get("completion_tokens") or 0), 1) for r in scored]
+  tokens = [step_tokens(r) for r in scored]
   per_token = [t / n for t, n in zip(times, tokens)]
   out["step_times_s"] = times
   out["step_time_per_token_s"] = per_token
   out["median_step_s"] = stats.median_interval(times).as_dict()
   out["median_step_per_token_s"] = stats.median_interval(per_token).as_dict()
+  out.update(_startup_and_compile(records, workload, run,
+                                  float(np.median(times))))
+  out["work"] = dataclasses.asdict(stats.summarize_work(scored))
+  out["work"]["prompts"] = list(out["work"]["prompts"])
+  out["work_extras"] = work_extras(scored)
+  out["_scored"] = scored
+  return out
+
+
+def _mean_or_none(xs: Sequence[float | None]) -> float | None:
+  xs = [x for x in xs if x is not None]
+  return float(np.mean(xs)) if xs else None
+
+
+def summarize_arm(
+    arm: arms_lib.Arm,
+    workload: arms_lib.Workload,
+    launches: Sequence[tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]]],
+) -> dict[str, Any]:
+  """An arm over its launches ((records, run) each)."""
+  per = [summarize_launch(arm, workload, rec, run) for rec, run in launches]
+  scored = [r for p in per for r in p.pop("_scored", [])]
+  out: dict[str, Any] = {
+      "config": {"backend": arm.backend, "num_hosts": arm.num_hosts,
+                 "devices_per_host": arm.devices_per_host,
+                 "profile": arm.profile, "stock_rollout": arm.stock_rollout},
+      "description": arm.describe(),
+      "launches": per,
+      "ok": bool(per) and all(p["ok"] for p in per),
+      "steps_scored": sum(p["steps_scored"] for p in per),
+      "startup_s": _mean_or_none([p.get("startup_s") for p in per]),
+      "compile_s": _mean_or_none([p.get("compile_s") for p in per]),
+  }
+  errors = [f"launch {i + 1}: {p['error']}" for i, p in enumerate(per)
+            if "error" in p]
+  if errors:
+    out["error"] = "; ".join(errors)
+  loads = [(p["run"].get("load_before"), p["run"].get("load_after"))
+           for p in per]
+  out["load_before_after"] = loads
+  broken = [p["trace"] for p in per
+            if isinstance(p.get("trace"), dict) and "step" in p["trace"]]
+  if broken:
+    out["trace"] = {
+        "overhead": float(np.mean([t["overhead"] for t in broken])),
+        "overhead_by_launch": [t["overhead"] for t in broken],
+        "step": {k: float(np.mean([t["step"][k] for t in broken]))
+                 for k in broken[0]["step"]},
+        "phases": broken[0]["phases"],
+        "hosts": len(broken[0]["hosts"]),
+    }
+  if not scored:
+    return out
+  times = [float(r["step_time_s"]) for r in scored]
+  tokens = [step_tokens(r) for r in scored]
+  out["step_times_s"] = times
+  out["step_time_per_token_s"] = [t / n for t, n in zip(times, tokens)]
+  out["launch_medians_s"] = [p["median_step_s"]["value"] for p in per
+                             if "median_step_s" in p]
+  out["launch_medians_per_token_s"] = [
+      p["median_step_per_token_s"]["value"] for p in per
+      if "median_step_per_token_s" in p]
+  # Pooled over launches (descriptive; verdicts use launches, see
+  # `_comparison`).
+  out["median_step_s"] = stats.median_interval(times).as_dict()
+  out["median_step_per_token_s"] = stats.median_interval(
+      out["step_time_per_token_s"]).as_dict()
   out["tokens_per_step_median"] = float(np.median(tokens))
   # Means, so that the parts add up to the mean step time of the slowest
   # host (medians of parts need not add up to anything).
@@ -116,70 +218,129 @@ def summarize_arm(
   iters = [r.get("decode_iter_s") for r in scored
            if r.get("decode_iter_s") is not None]
   out["decode_iter_median_s"] = float(np.median(iters)) if iters else None
-  out["work"] = dataclasses.asdict(stats.summarize_work(scored))
-  out["work"]["prompts"] = list(out["work"]["prompts"])
+  out["work"] = next(p["work"] for p in per if "work" in p)
+  out["work_extras"] = next(p["work_extras"] for p in per
+                            if "work_extras" in p)
   return out
+
+
+def _work_summary(d: Mapping[str, Any]) -> stats.WorkSummary:
+  return stats.WorkSummary(**(dict(d) | {"prompts": tuple(d["prompts"])}))
 
 
 def _comparison(summaries: Mapping[str, Mapping[str, Any]], base: str,
                 other: str) -> dict[str, Any] | None:
+  """One comparison under the paper's rules (`stats.decide`).
+
+  Launch k of `other` is compared with launch k of `base` (bootstrap over
+  their steady steps, per step and per token; equal work); with 2+
+  launches each, also the Welch interval on log launch medians.
+  """
   a, b = summaries.get(base), summaries.get(other)
-  if not a or not b or "step_times_s" not in a or "step_times_s" not in b:
+  if not a or not b:
     return None
-  per_step = stats.ratio_interval(a["step_times_s"], b["step_times_s"])
-  per_token = stats.ratio_interval(a["step_time_per_token_s"],
-                                   b["step_time_per_token_s"])
+  pairs = [(x, y) for x, y in zip(a["launches"], b["launches"])
+           if "step_times_s" in x and "step_times_s" in y]
+  if not pairs:
+    return None
+  per_step = tuple(stats.ratio_interval(x["step_times_s"], y["step_times_s"])
+                   for x, y in pairs)
+  per_token = tuple(stats.ratio_interval(x["step_time_per_token_s"],
+                                         y["step_time_per_token_s"])
+                    for x, y in pairs)
+  work = [stats.equal_work(_work_summary(x["work"]), _work_summary(y["work"]))
+          for x, y in pairs]
+  welch_step = stats.welch_ratio_interval(a["launch_medians_s"],
+                                          b["launch_medians_s"])
+  welch_token = stats.welch_ratio_interval(a["launch_medians_per_token_s"],
+                                           b["launch_medians_per_token_s"])
+  ev = stats.Evidence(
+      per_step=per_step, per_token=per_token, welch_per_step=welch_step,
+      welch_per_token=welch_token,
+      equal_work=tuple(w["equal"] for w in work),
+      launches=(len(a["launches"]), len(b["launches"])))
+  decision = stats.decide(ev)
   return {
       "baseline": base,
       "other": other,
-      "speedup_per_step": per_step.as_dict(),
-      "speedup_per_token": per_token.as_dict(),
-      "verdict": stats.verdict(per_step),
-      "verdict_per_token": stats.verdict(per_token),
+      # Launch 1's bootstrap intervals (the one-launch summary).
+      "speedup_per_step": per_step[0].as_dict(),
+      "speedup_per_token": per_token[0].as_dict(),
+      "per_launch": [{"per_step": s.as_dict(), "per_token": t.as_dict(),
+                      "equal_work": w["equal"]}
+                     for s, t, w in zip(per_step, per_token, work)],
+      "welch_per_step": welch_step.as_dict() if welch_step else None,
+      "welch_per_token": welch_token.as_dict() if welch_token else None,
+      "launches": list(ev.launches),
+      "verdict": decision["verdict"],
+      "reasons": decision["reasons"],
+      # Each interval's own reading, for information.
+      "verdict_per_step_interval": stats.verdict(per_step[0]),
+      "verdict_per_token_interval": stats.verdict(per_token[0]),
   }
 
 
 def build_report(
     mode: arms_lib.BenchMode,
-    runs: Mapping[str, Mapping[str, Any]],
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
     micro: Mapping[str, Any] | None,
+    *,
+    machine: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-  """Everything the benchmark measured, as one JSON-able dict."""
+  """Everything the benchmark measured, as one JSON-able dict.
+
+  Args:
+    mode: what ran.
+    runs: per arm, one run dict per launch (`harness.run_arm`).
+    micro: the micro-benchmarks' raw results, or None.
+    machine: `harness.machine_info(...)`.
+  """
   summaries = {}
   for arm in mode.arms:
-    run = runs.get(arm.name, {"returncode": None})
-    records = load_records(run.get("metrics", "")) if run else []
-    summaries[arm.name] = summarize_arm(arm, mode.workload, records, run)
+    launches = [(load_records(run.get("metrics", "")), run)
+                for run in runs.get(arm.name) or [{"returncode": None}]]
+    summaries[arm.name] = summarize_arm(arm, mode.workload, launches)
   base = arms_lib.BASELINE if arms_lib.BASELINE in summaries else (
       mode.arms[0].name)
   pairs = [(base, a.name) for a in mode.arms if a.name != base]
   pairs += [p for p in arms_lib.EXTRA_COMPARISONS
-            if p[0] in summaries and p[1] in summaries]
+            if p[0] in summaries and p[1] in summaries and p[0] != base]
   ratios = [c for c in (_comparison(summaries, *p) for p in pairs) if c]
   equal = {}
-  if "work" in summaries.get(base, {}):
-    bw = stats.WorkSummary(**(summaries[base]["work"] | {
-        "prompts": tuple(summaries[base]["work"]["prompts"])}))
-    for name, s in summaries.items():
-      if name == base or "work" not in s:
-        continue
-      ow = stats.WorkSummary(**(s["work"] | {
-          "prompts": tuple(s["work"]["prompts"])}))
-      equal[name] = stats.equal_work(bw, ow)
+  bl = summaries[base]["launches"]
+  for name, s in summaries.items():
+    if name == base:
+      continue
+    checks = [stats.equal_work(_work_summary(x["work"]),
+                               _work_summary(y["work"]))
+              for x, y in zip(bl, s["launches"])
+              if "work" in x and "work" in y]
+    if checks:
+      equal[name] = {"equal": all(c["equal"] for c in checks),
+                     "checks": checks[0]["checks"],
+                     "by_launch": [c["equal"] for c in checks]}
   return {
-      "machine": machine_info(),
+      "machine": dict(machine or {}),
       "mode": mode.name,
       "protocol": {
           "scored": f"the last of {mode.workload.passes} passes over the"
                     f" same {mode.workload.steps} batches",
-          "step_time": "median over scored steps",
+          "launches": mode.launches,
+          "step_time": "per launch, the median over scored steps",
           "interval": f"{int(stats.CONFIDENCE * 100)}% percentile bootstrap,"
-                      f" {stats.RESAMPLES} resamples",
+                      f" {stats.RESAMPLES} resamples, per launch pair; Welch"
+                      " interval on log launch medians with 2+ launches",
+          "faster_if": f"per-step and per-token lower bounds >"
+                       f" {stats.FASTER_THRESHOLD} in every comparison,"
+                       f" equal work, {stats.REQUIRED_LAUNCHES} launches per"
+                       " arm",
           "faster_if_lower_bound_above": stats.FASTER_THRESHOLD,
           "equal_work": "same prompts in order; mean and longest output"
                         f" length ratio in {list(stats.LENGTH_RATIO_RANGE)};"
                         " truncation shares within"
                         f" {int(stats.TRUNCATION_POINTS * 100)} points",
+          "traced_step": (mode.workload.steps if mode.workload.passes > 1
+                          else 1) if mode.trace else None,
       },
       "workload": dataclasses.asdict(mode.workload),
       "baseline": base,
@@ -198,6 +359,8 @@ def summarize_micro(micro: Mapping[str, Any]) -> dict[str, Any]:
   if pubs:
     # The publication finishes when the slowest host has its copy.
     worst = max(pubs, key=lambda p: p["one_call_s"])
+    out["publication_hosts"] = [h.get("host") for h in hosts
+                                if "publication" in h]
     out["publication"] = {k: v for k, v in worst.items()
                           if not k.endswith("_times")}
     out["publication"]["one_call_over_allgather"] = (
@@ -206,6 +369,11 @@ def summarize_micro(micro: Mapping[str, Any]) -> dict[str, Any]:
         worst["per_parameter_s"] / worst["floor_allgather_s"])
   local = [h["decode"] for h in hosts if "decode" in h]
   single = [h["decode"] for h in micro.get("single") or [] if "decode" in h]
+  if local and not single:
+    # One host (the device run): its engine's own iteration time.
+    out["decode"] = {"host_local_iter_s": max(d["decode_iter_s"]
+                                              for d in local),
+                     "host_local": local}
   if local and single:
     host_local = max(d["decode_iter_s"] for d in local)
     controller = single[0]["decode_iter_s"]
@@ -218,6 +386,8 @@ def summarize_micro(micro: Mapping[str, Any]) -> dict[str, Any]:
     }
   if micro.get("admission"):
     out["admission"] = micro["admission"]
+  if micro.get("gsm8k_extraction"):
+    out["gsm8k_extraction"] = micro["gsm8k_extraction"]
   return out
 
 
@@ -232,30 +402,44 @@ def _fmt_interval(iv: Mapping[str, float] | None, scale: float = 1.0,
           f" {iv['high'] * scale:.{digits}f}]")
 
 
+def _machine_line(m: Mapping[str, Any]) -> str:
+  acc = m.get("accelerator") or {}
+  if acc.get("platform") in (None, "cpu"):
+    acc_s = ("none detected (JAX's default devices: "
+             f"{acc.get('count', '?')} x {acc.get('device_kind', '?')})"
+             if acc.get("platform") else acc.get("error", "unknown"))
+  else:
+    acc_s = f"{acc.get('count')} x {acc.get('device_kind')} ({acc['platform']})"
+  load = "/".join("?" if m.get(k) is None else f"{m[k]:.1f}"
+                  for k in ("load_before", "load_after"))
+  return (f"Machine: {m.get('cpu_model', '?')}, {m.get('cpu_count')} cores,"
+          f" {m.get('memory_gib', '?')} GiB; accelerator: {acc_s}; jax"
+          f" {acc.get('jax', '?')}; load before/after the bench: {load}.")
+
+
 def markdown(report: Mapping[str, Any]) -> str:
   """The report as markdown tables."""
   m = report["machine"]
+  proto = report["protocol"]
   lines = [
       f"# Benchmark report ({report['mode']} mode)",
       "",
-      f"Machine: {m.get('machine')}, {m.get('cpu_count')} cores,"
-      f" {m.get('memory_gib', '?')} GiB, {m.get('accelerator')}; jax"
-      f" {m.get('jax', '?')}. Simulated hosts share the cores: compare ratios"
-      " within this report, not absolute times across machines. 'load' is the"
-      " machine's 1-minute load average before and after each arm: other"
-      " work running at the same time slows an arm down.",
+      _machine_line(m),
+      "The arms run the GRPO example's simulated hosts (JAX CPU devices,"
+      " sharing the cores): compare ratios within this report, not absolute"
+      " times across machines. 'load' is the machine's 1-minute load average"
+      " before and after each launch.",
       "",
-      f"Protocol: {report['protocol']['scored']} are scored; step time ="
-      f" {report['protocol']['step_time']}; intervals:"
-      f" {report['protocol']['interval']}; 'faster' only if the lower bound"
-      f" > {report['protocol']['faster_if_lower_bound_above']}.",
+      f"Protocol: {proto['scored']} are scored, {proto['launches']}"
+      f" launch(es) per arm; step time = {proto['step_time']}; intervals:"
+      f" {proto['interval']}; 'faster' only if {proto['faster_if']}.",
       "",
       "## Arms",
       "",
-      "| arm | hosts x devices | profile | scored steps |"
-      " median step s [95% CI] | ms per token [95% CI] | straggler wait s |"
-      " decode iter ms | equal work | load before/after |",
-      "|---|---|---|---|---|---|---|---|---|---|",
+      "| arm | what it runs | hosts x devices | scored steps |"
+      " median step s [95% CI] | launch medians s | ms per token [95% CI] |"
+      " straggler wait s | decode iter ms | equal work | load before/after |",
+      "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for name, a in report["arms"].items():
     c = a["config"]
@@ -264,25 +448,73 @@ def markdown(report: Mapping[str, Any]) -> str:
         "n/a" if eq is None else ("yes" if eq["equal"] else "NO: " + ", ".join(
             k for k, v in eq["checks"].items() if not v["ok"])))
     it = a.get("decode_iter_median_s")
-    run = a.get("run") or {}
-    load = "/".join("?" if run.get(k) is None else f"{run[k]:.1f}"
-                    for k in ("load_before", "load_after"))
+    load = ", ".join("/".join("?" if v is None else f"{v:.1f}" for v in lb)
+                     for lb in a.get("load_before_after", []))
+    meds = ", ".join(f"{x:.3f}" for x in a.get("launch_medians_s", []))
+    wait = a.get("straggler_wait_median_s")
     lines.append(
-        f"| {name}{'' if a['ok'] else ' (FAILED)'} | {c['num_hosts']} x"
-        f" {c['devices_per_host']} | {c['profile'] or '-'} |"
+        f"| {name}{'' if a['ok'] else ' (FAILED)'} | {a['description']} |"
+        f" {c['num_hosts']} x {c['devices_per_host']} |"
         f" {a['steps_scored']} | {_fmt_interval(a.get('median_step_s'))} |"
+        f" {meds or 'n/a'} |"
         f" {_fmt_interval(a.get('median_step_per_token_s'), 1e3, 2)} |"
-        f" {a.get('straggler_wait_median_s', float('nan')):.3f} |"
+        f" {'n/a' if wait is None else f'{wait:.3f}'} |"
         f" {'n/a' if it is None else f'{it * 1e3:.2f}'} | {eq_s} | {load} |")
   lines += ["", "## Speedups (baseline time / other time)", "",
-            "| baseline | other | per step [95% CI] | verdict | per token"
-            " [95% CI] | verdict |", "|---|---|---|---|---|---|"]
+            "| baseline | other | per step [95% CI] | per token [95% CI] |"
+            " Welch per step | Welch per token | verdict | why not faster |",
+            "|---|---|---|---|---|---|---|---|"]
   for r in report["ratios"]:
     lines.append(
         f"| {r['baseline']} | {r['other']} |"
-        f" {_fmt_interval(r['speedup_per_step'], digits=2)} | {r['verdict']}"
-        f" | {_fmt_interval(r['speedup_per_token'], digits=2)} |"
-        f" {r['verdict_per_token']} |")
+        + " ".join(
+            ", ".join(_fmt_interval(pl[k], digits=2)
+                      for pl in r["per_launch"]) + " |"
+            for k in ("per_step", "per_token"))
+        + f" {_fmt_interval(r['welch_per_step'], digits=2)} |"
+        f" {_fmt_interval(r['welch_per_token'], digits=2)} |"
+        f" {r['verdict']} | {'; '.join(r['reasons']) or '-'} |")
+  lines += ["", "## Start-up and compilation (mean over launches)", "",
+            "start-up: launch wall time outside its steps; compile: the"
+            " first pass's time beyond the steady median.", "",
+            "| arm | start-up s | compile s |", "|---|---|---|"]
+  for name, a in report["arms"].items():
+    su, co = a.get("startup_s"), a.get("compile_s")
+    lines.append(f"| {name} | {'n/a' if su is None else f'{su:.1f}'} |"
+                 f" {'n/a' if co is None else f'{co:.2f}'} |")
+  lines += ["", "## Work per arm (scored steps, first launch)", "",
+            "| arm | mean length | longest | truncated share |"
+            " completion tokens per step |", "|---|---|---|---|---|"]
+  for name, a in report["arms"].items():
+    w, x = a.get("work"), a.get("work_extras") or {}
+    if not w:
+      continue
+    tr = w.get("truncated_share")
+    tok = x.get("completion_tokens_per_step")
+    lines.append(
+        f"| {name} | {w['mean_length']:.2f} | {w['longest']:.0f} |"
+        f" {'n/a' if tr is None else f'{tr:.2f}'} |"
+        f" {'n/a' if tok is None else f'{tok:.0f}'} |")
+  lines += ["", "## Step breakdown from the profiler traces (traced step"
+            f" {proto.get('traced_step')}, slowest host)", "",
+            "compute: devices busy outside collectives; collective: devices"
+            " in collectives (on CPU including the rendezvous wait); host:"
+            " the rest. overhead = 1 - compute / step.", "",
+            "| arm | step s | compute s | collective s | host s | overhead |"
+            " per phase: compute / collective / host s |",
+            "|---|---|---|---|---|---|---|"]
+  for name, a in report["arms"].items():
+    t = a.get("trace")
+    if not t:
+      continue
+    st = t["step"]
+    ph = "; ".join(
+        f"{p} {v['compute_s']:.3f}/{v['collective_s']:.3f}/{v['host_s']:.3f}"
+        for p, v in t["phases"].items())
+    lines.append(
+        f"| {name} | {st['wall_s']:.3f} | {st['compute_s']:.3f} |"
+        f" {st['collective_s']:.3f} | {st['host_s']:.3f} |"
+        f" {t['overhead']:.2f} | {ph} |")
   lines += ["", "## Where the step time goes (slowest host, mean s per scored"
             " step)", "",
             "| arm | " + " | ".join(PARTS) + " | step |",
@@ -301,7 +533,8 @@ def markdown(report: Mapping[str, Any]) -> str:
       lines += [
           f"Publication of a Qwen3-0.6B-shaped tree ({pub['layers']} layers,"
           f" {pub['num_params']} parameters, {pub['bytes'] / 2**20:.0f} MiB"
-          " bf16) from FSDP over 2 hosts into each host's replicated layout"
+          f" bf16) from FSDP over {len(micro.get('publication_hosts') or [])}"
+          " host(s) into each host's replicated layout"
           " (slowest host, median):", "",
           "| | seconds | / floor | / all-gather only |", "|---|---|---|---|",
           f"| one call (O4) | {pub['one_call_s']:.3f} |"
@@ -319,10 +552,12 @@ def markdown(report: Mapping[str, Any]) -> str:
       lines += [
           "Decode iteration (generate time / iterations, same total rows):",
           "", "| engine | ms per iteration |", "|---|---|",
-          f"| host-local (each of 2 hosts, its own devices) |"
-          f" {dec['host_local_iter_s'] * 1e3:.2f} |",
-          f"| single controller (one engine over all devices) |"
-          f" {dec['single_controller_iter_s'] * 1e3:.2f} |", ""]
+          f"| host-local (each host, its own devices) |"
+          f" {dec['host_local_iter_s'] * 1e3:.2f} |"]
+      if "single_controller_iter_s" in dec:
+        lines += [f"| single controller (one engine over all devices) |"
+                  f" {dec['single_controller_iter_s'] * 1e3:.2f} |"]
+      lines += [""]
     adm = micro.get("admission")
     if adm:
       lines += [
@@ -331,6 +566,12 @@ def markdown(report: Mapping[str, Any]) -> str:
           "| hosts | dataset order ms | balanced (O3) ms |", "|---|---|---|"]
       lines += [f"| {r['hosts']} | {r['base_s'] * 1e3:.2f} |"
                 f" {r['balanced_s'] * 1e3:.2f} |" for r in adm["rows"]]
+    ext = micro.get("gsm8k_extraction")
+    if ext:
+      lines += ["", f"GSM8K answer extraction: slowest shape"
+                f" {ext['largest_s'] * 1e3:.2f} ms for a"
+                f" {max(ext['sizes']) // 1000} KB completion; growth for 10x"
+                f" the length: {ext['worst_growth']:.1f}x (linear: ~10x)."]
   return "\n".join(lines) + "\n"
 
 
@@ -378,6 +619,31 @@ def plots(report: Mapping[str, Any], out: pathlib.Path) -> list[str]:
   fig.savefig(p, dpi=110)
   plt.close(fig)
   paths.append(str(p))
+
+  traced = {n: a["trace"] for n, a in report["arms"].items()
+            if a.get("trace")}
+  if traced:
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    names = list(traced)
+    bottom = np.zeros(len(names))
+    for key, label in (("compute_s", "compute (devices busy)"),
+                       ("collective_s", "collectives"),
+                       ("host_s", "host orchestration")):
+      vals = np.array([traced[n]["step"][key] for n in names])
+      ax.bar(names, vals, bottom=bottom, label=label)
+      bottom += vals
+    for i, n in enumerate(names):
+      ax.text(i, bottom[i], f"overhead {traced[n]['overhead']:.0%}",
+              ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("s (traced step, slowest host)")
+    ax.set_title("Step breakdown from profiler traces")
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out / "breakdown.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(str(p))
   return paths
 
 

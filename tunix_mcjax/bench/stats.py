@@ -204,3 +204,117 @@ def equal_work(baseline: WorkSummary, other: WorkSummary) -> dict[str, Any]:
         "other": other.truncated_share,
     }
   return {"equal": all(c["ok"] for c in checks.values()), "checks": checks}
+
+
+# --- the paper's verdict over launches (Appendix A) -------------------------
+
+# Launches per arm a "faster" verdict needs; fewer make a result provisional.
+REQUIRED_LAUNCHES = 3
+
+
+def welch_ratio_interval(
+    baseline: Sequence[float],
+    other: Sequence[float],
+    *,
+    confidence: float = CONFIDENCE,
+) -> Interval | None:
+  """Ratio of launch values, baseline / other, from a Welch interval on logs.
+
+  The difference of the mean log launch values (each launch's steady median)
+  gets a Welch t interval (unequal variances, Welch-Satterthwaite degrees of
+  freedom); exponentiated, it is an interval on the geometric-mean ratio.
+
+  Args:
+    baseline: the baseline's per-launch values (e.g. median step times).
+    other: the other arm's.
+    confidence: two-sided coverage.
+
+  Returns:
+    The interval, or None with fewer than 2 launches on either side.
+  """
+  a = np.log(_as_samples(baseline, "baseline"))
+  b = np.log(_as_samples(other, "other"))
+  if a.size < 2 or b.size < 2:
+    return None
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+
+  va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+  diff = float(a.mean() - b.mean())
+  se = float(np.sqrt(va + vb))
+  if se == 0.0:
+    return Interval(value=float(np.exp(diff)), low=float(np.exp(diff)),
+                    high=float(np.exp(diff)))
+  dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, dof)) * se
+  return Interval(value=float(np.exp(diff)), low=float(np.exp(diff - half)),
+                  high=float(np.exp(diff + half)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Evidence:
+  """Everything the verdict of one comparison rests on.
+
+  Attributes:
+    per_step: per launch pair, the bootstrap speedup interval per step.
+    per_token: the same per generated token.
+    welch_per_step: Welch interval on log launch medians (None: < 2
+      launches).
+    welch_per_token: the same per token.
+    equal_work: per launch pair, whether the equal-work check held.
+    launches: (baseline launches, other launches).
+  """
+
+  per_step: tuple[Interval, ...]
+  per_token: tuple[Interval, ...]
+  welch_per_step: Interval | None
+  welch_per_token: Interval | None
+  equal_work: tuple[bool, ...]
+  launches: tuple[int, int]
+
+
+def decide(
+    ev: Evidence,
+    *,
+    threshold: float = FASTER_THRESHOLD,
+    required_launches: int = REQUIRED_LAUNCHES,
+) -> dict[str, Any]:
+  """The paper's verdict: "faster", "slower" or "not shown faster", and why.
+
+  "faster" needs all of: `required_launches` launches per arm; every per-step
+  and every per-token lower bound (each launch pair's bootstrap and the
+  Welch interval over launches) above `threshold`; equal work in every
+  launch pair. Otherwise `reasons` names each condition that failed.
+  "slower" is the mirror image on the per-step upper bounds (reported for
+  information; it needs no launch count).
+
+  Returns:
+    {"verdict": str, "reasons": [str, ...]}.
+  """
+  reasons = []
+  for kind, boot, welch in (("per-step", ev.per_step, ev.welch_per_step),
+                            ("per-token", ev.per_token,
+                             ev.welch_per_token)):
+    bounds = [(f"launch {i + 1}", iv.low) for i, iv in enumerate(boot)]
+    if welch is not None:
+      bounds.append(("Welch over launches", welch.low))
+    if not bounds:
+      reasons.append(f"{kind}: no interval")
+    for where, low in bounds:
+      if not low > threshold:
+        reasons.append(f"{kind} lower bound {low:.3f} <= {threshold}"
+                       f" ({where})")
+  if not ev.equal_work or not all(ev.equal_work):
+    bad = [str(i + 1) for i, ok in enumerate(ev.equal_work) if not ok]
+    reasons.append("equal work failed" + (
+        f" (launch {', '.join(bad)})" if bad else " (not checked)"))
+  if min(ev.launches) < required_launches:
+    reasons.append(f"launches {ev.launches[0]} and {ev.launches[1]} <"
+                   f" {required_launches} per arm (provisional)")
+  if not reasons:
+    return {"verdict": "faster", "reasons": []}
+  uppers = [iv.high for iv in ev.per_step]
+  if ev.welch_per_step is not None:
+    uppers.append(ev.welch_per_step.high)
+  if uppers and all(u < 1.0 / threshold for u in uppers):
+    return {"verdict": "slower", "reasons": reasons}
+  return {"verdict": "not shown faster", "reasons": reasons}

@@ -72,3 +72,42 @@ class DealtDataset(Iterable[dict[str, Any]]):
 
   def __iter__(self) -> Iterator[dict[str, Any]]:
     return iter(self._deal(full_batches(self._batches, self._batch_size)))
+
+
+def _looks_like_path(value: Any) -> bool:
+  return isinstance(value, str) and value.startswith(("/", "./", "../", "~"))
+
+
+def missing_local_inputs(config: Mapping[str, Any]) -> list[str]:
+  """Local dataset paths in Tunix's GRPO config that do not exist.
+
+  Only values that are clearly local paths (absolute, ./, ../, ~) are
+  checked: a hub dataset name is Tunix's to resolve. (A `model_id` that is
+  not a local directory is a hub id to Tunix.) Needs no device,
+  so the CLI reports these before any host starts instead of every host
+  failing in Tunix's loaders.
+
+  Args:
+    config: Tunix's parsed GRPO config.
+
+  Returns:
+    One message per missing path.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+
+  checks = []
+  source = config.get("data_source")
+  if source == "local":
+    checks.append(("data_directory", config.get("data_directory"), True))
+  elif source == "huggingface" and _looks_like_path(config.get("dataset_name")):
+    checks.append(("dataset_name", config.get("dataset_name"), False))
+  problems = []
+  for key, value, required in checks:
+    if not value:
+      if required:
+        problems.append(f"{key} is empty; set it to the local data directory.")
+      continue
+    if not os.path.exists(os.path.expanduser(value)):
+      problems.append(f"{key}={value!r} does not exist; fix the path (nothing"
+                      " is downloaded for a local path).")
+  return problems

@@ -36,7 +36,8 @@ differs between backends:
   the actor's mesh gets that mesh over the first devices (see
   `_coordless_role_to_mesh`).
 * `--backend=mcjax`: one process per host. Every role shares one global mesh
-  (`runtime.global_mesh`, shaped like `actor_model_config.mesh`), the cluster
+  (`runtime.global_mesh`, shaped like `actor_model_config.mesh`; fsdp, or
+  hsdp across hosts, by --mesh: `support.config_mesh`), the cluster
   is `tunix_mcjax.create_rl_cluster("mcjax", ...)`, and each global batch of
   Tunix's dataset (after its prompt-length filtering) is dealt to the hosts by
   `cluster.shard_dataset`, full batches only (see `data`), so every host runs
@@ -73,6 +74,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import contextlib
 import dataclasses
 import functools
+import json
 import math
 import os
 import sys
@@ -128,6 +130,12 @@ _METRICS_OUT = flags.DEFINE_string(
     "Append one JSON object per GRPO step (step, reward_mean, loss, ...) to"
     " this file (host 0 writes).",
 )
+_REWARD_WORKERS = flags.DEFINE_integer(
+    "reward_workers",
+    0,
+    "Score the reward functions in a per-host pool of this many worker"
+    " processes (functions must be picklable); 0: in-process (stock).",
+)
 _PLACEMENT_INVARIANT = flags.DEFINE_bool(
     "placement_invariant_sampling",
     False,
@@ -167,6 +175,16 @@ _PUBLISH_IN_ONE_CALL = flags.DEFINE_boolean(
     "publish_in_one_call", None,
     "mcjax only, O4: publish all weights in one call (else one per"
     " parameter).",
+)
+_MESH = flags.DEFINE_enum(
+    "mesh",
+    None,
+    list(support.MESH_KINDS),
+    "mcjax only: the trainer mesh. fsdp = actor_model_config.mesh's (fsdp,"
+    " tp) over every device; hsdp = data-parallel across hosts x (fsdp, tp)"
+    " within a host; auto (default) = fsdp when it divides the model's"
+    " widths (read from a local checkpoint's config.json), else hsdp. A"
+    " 3-axis (data, fsdp, tp) actor mesh is hsdp.",
 )
 _RUN_EVAL = flags.DEFINE_bool(
     "run_eval",
@@ -237,6 +255,16 @@ def check_mcjax_config(
   except (ValueError, KeyError) as e:
     shape, names = None, None
     unreadable.append(f"actor_model_config.mesh: {e}")
+  if shape is not None:
+    # The trainer mesh (--mesh): a layout problem is check_job's to report.
+    per_host, layout_problem = support.mesh_layout(
+        shape, num_hosts=num_hosts, devices_per_host=devices_per_host)
+    if layout_problem is None:
+      try:
+        names = pipeline.mesh_choice(
+            num_hosts=num_hosts, devices_per_host=per_host).axis_names
+      except ConfigError as e:
+        unreadable.append(str(e))
   check = support.check_job(
       pipeline.config,
       num_hosts=num_hosts,
@@ -248,7 +276,8 @@ def check_mcjax_config(
       engine=pipeline.options.engine,
       balance_by_length=pipeline.options.optimizations().balance_admission,
   )
-  problems = [*unreadable, *check.problems]
+  problems = [*unreadable, *check.problems,
+              *data.missing_local_inputs(pipeline.config)]
   if problems:
     raise ConfigError(
         "this config cannot run with --backend=mcjax:\n  - "
@@ -287,6 +316,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     # those are), and the comparison mode's evaluation admission.
     self._eval_ds: Any = None
     self._eval_admission: Any = None
+    self._mesh_choice: Any = None  # mcjax: set by create_role_to_mesh.
     super().__init__(argv, **kwargs)
 
   @property
@@ -304,21 +334,48 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         if fallback is None:
           raise
         return fallback
+    import jax  # pylint: disable=g-import-not-at-top
     from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
-    shape, names = self.parse_mesh_config("actor_model_config")
-    # A 3-axis (data, fsdp, tp) mesh is hybrid sharding: data = hosts.
+    shape, _ = self.parse_mesh_config("actor_model_config")
+    choice = self.mesh_choice(num_hosts=jax.process_count(),
+                              devices_per_host=jax.local_device_count())
+    if choice.reason and jax.process_index() == 0:
+      print(f"[grpo_main] mesh: {choice.describe()} ({choice.reason})",
+            flush=True)
     mesh = runtime.global_mesh(
-        tp=shape[-1], axis_names=names,
-        kind="hsdp" if len(shape) == 3 else "fsdp")
-    if tuple(mesh.devices.shape) != tuple(shape):
+        tp=choice.shape[-1], axis_names=choice.axis_names, kind=choice.kind)
+    if mesh.devices.size != math.prod(shape):
       raise ConfigError(
-          f"actor_model_config.mesh.shape={shape} but this job's"
-          f" {mesh.devices.size} devices form a {tuple(mesh.devices.shape)}"
-          " global mesh; make the mesh size equal the number of devices."
+          f"actor_model_config.mesh.shape={shape} but this job has"
+          f" {mesh.devices.size} devices; make the mesh size equal the"
+          " number of devices."
       )
+    self._mesh_choice = choice
     # check_mcjax_config has ensured every role is owned by the actor.
     return {role: mesh for role in tunix_cli.resolve_mesh_owners(self)}
+
+  def mesh_choice(self, *, num_hosts: int, devices_per_host: int) -> Any:
+    """The mcjax trainer mesh (`support.MeshChoice`) of this config and
+    --mesh; no devices used. Raises ConfigError for a mesh that cannot work.
+
+    The model's widths come from a local checkpoint's config.json; for a
+    hub model they are unknown and --mesh=auto keeps the config's kind.
+    """
+    shape, names = self.parse_mesh_config("actor_model_config")
+    dims = {}
+    for key in ("actor_model_config", "model_config"):
+      path = checkpoints.local_checkpoint_dir(self._config_mapping(key))
+      if path is not None:
+        with open(os.path.join(path, "config.json")) as f:
+          dims = support.hf_model_dims(json.load(f))
+        break
+    choice, problem = support.config_mesh(
+        shape, names, mesh=self.options.mesh or "auto", num_hosts=num_hosts,
+        devices_per_host=devices_per_host, dims=dims)
+    if problem is not None:
+      raise ConfigError(problem.message)
+    return choice
 
   def _coordless_role_to_mesh(self):
     """The colocated mesh on devices without physical coordinates, or None.
@@ -366,6 +423,17 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     cluster_config = super().create_cluster_config(
         role_to_mesh=role_to_mesh, rollout_config=rollout_config
     )
+    choice = self._mesh_choice
+    tc = cluster_config.training_config
+    if choice is not None and choice.kind == "hsdp" and not set(
+        choice.batch_axes) <= set(support.batch_axes(tc.data_sharding_axis)):
+      # hsdp splits the batch over hosts (data) and a host's devices (fsdp);
+      # Tunix's default ("fsdp",) would ask every host for every row.
+      logging.info("hsdp mesh: data_sharding_axis %s -> %s",
+                   tc.data_sharding_axis, choice.batch_axes)
+      cluster_config = dataclasses.replace(
+          cluster_config, training_config=dataclasses.replace(
+              tc, data_sharding_axis=choice.batch_axes))
     if not self.options.placement_invariant_sampling:
       return cluster_config
     # Comparison mode: the stock cluster with the mcjax native engine, keyed
@@ -436,6 +504,18 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     # Tunix asks for the reward functions after the cluster exists: time them
     # into the step's `reward` phase (values, names and signatures unchanged).
     fns = super().obtain_reward_fn()
+    if self.options.reward_workers:
+      from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
+
+      # Started once per host; its workers exit with the process.
+      self._reward_pool = rewards_pool.RewardPool(
+          fns, num_workers=self.options.reward_workers)
+      fns = self._reward_pool.fns
+    # A reward function that raises, returns NaN or the wrong number of
+    # values is an error naming it (Tunix would nansum NaN into 0).
+    from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+
+    fns = validation.checked_reward_fns(fns)
     clock = getattr(self.rl_cluster, "step_clock", None)
     return fns if clock is None else telemetry.timed_reward_fns(fns, clock)
 
@@ -574,7 +654,7 @@ def _main_tunix(argv: list[str], options: CliOptions) -> None:
   # One run per file; only the process that starts the job clears it.
   if options.metrics_out and os.path.exists(options.metrics_out):
     os.remove(options.metrics_out)
-  _run_pipeline(argv, options)
+  _run_pipeline_or_fail(argv, options)
 
 
 def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
@@ -615,7 +695,18 @@ def _main_host(argv: list[str], options: CliOptions) -> None:
     )
   except ConfigError as e:
     _fail(str(e))
-  _run_pipeline(argv, options)
+  _run_pipeline_or_fail(argv, options)
+
+
+def _run_pipeline_or_fail(argv: list[str], options: CliOptions) -> None:
+  """`_run_pipeline`; a bad input found while running (a reward function
+  that raises or returns NaN) is one line and exit 2, not a traceback."""
+  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+
+  try:
+    _run_pipeline(argv, options)
+  except validation.InputError as e:
+    _fail(str(e))
 
 
 def options_from_flags() -> CliOptions:
@@ -631,6 +722,8 @@ def options_from_flags() -> CliOptions:
       balance_admission=_BALANCE_ADMISSION.value,
       publish_in_one_call=_PUBLISH_IN_ONE_CALL.value,
       run_eval=_RUN_EVAL.value,
+      mesh=_MESH.value,
+      reward_workers=_REWARD_WORKERS.value,
   )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import tunix_mcjax
 from tunix_mcjax import host_optimizations
+from tunix_mcjax import support
 
 # The stock backend, the default; the others as the registry lists them.
 DEFAULT_BACKEND = "tunix"
@@ -57,6 +58,11 @@ class CliOptions:
       "optimized"; None: the backend's defaults).
     async_metrics, freeze_gc, balance_admission, publish_in_one_call: mcjax
       only: O1-O4 switches overriding the profile (None: the profile's).
+    mesh: mcjax only: the trainer mesh kind, one of `support.MESH_KINDS`
+      ("fsdp", "hsdp", "auto"; None: "auto"); see `support.config_mesh`.
+    reward_workers: either backend: score the reward functions in a per-host
+      pool of this many processes (`tunix_mcjax.rewards_pool`); 0:
+      in-process (stock).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -69,8 +75,14 @@ class CliOptions:
   freeze_gc: bool | None = None
   balance_admission: bool | None = None
   publish_in_one_call: bool | None = None
+  mesh: str | None = None
+  reward_workers: int = 0
 
   def __post_init__(self):
+    if self.reward_workers < 0:
+      raise ConfigError(
+          f"--reward_workers={self.reward_workers} must be >= 0 (0:"
+          " in-process).")
     if self.backend not in BACKENDS:
       raise ConfigError(
           f"--backend={self.backend!r} is not one of {list(BACKENDS)}."
@@ -81,14 +93,19 @@ class CliOptions:
           " mcjax always samples placement-invariantly."
       )
     mcjax_only = [
-        f"--{name}" for name in ("engine", "profile", *MCJAX_SWITCHES)
+        f"--{name}" for name in ("engine", "profile", "mesh",
+                                  *MCJAX_SWITCHES)
         if getattr(self, name) is not None
     ]
     if mcjax_only and self.backend != "mcjax":
       raise ConfigError(
           f"{', '.join(mcjax_only)} apply to --backend=mcjax only (the"
-          " tunix backend's engine is rollout_engine, and it has no O1-O4)."
+          " tunix backend's engine is rollout_engine, its mesh the config's"
+          " actor mesh, and it has no O1-O4)."
       )
+    if self.mesh is not None and self.mesh not in support.MESH_KINDS:
+      raise ConfigError(
+          f"--mesh={self.mesh!r} is not one of {list(support.MESH_KINDS)}.")
     try:
       self.optimizations()
     except ValueError as e:

@@ -25,6 +25,8 @@ is one table to read and one test to run. Submodules, by upstream area:
 - `vllm_rollout`: the model runner behind Tunix's `VllmRollout`
   (tpu-inference engine).
 - `gc_hooks`: the `gc` module attribute of Tunix modules (optimization O2).
+- `packing`: Tunix's sequence-packing path made exact (causal same-segment
+  mask, mcjax's packer) while a cluster with `max_seq_token_per_tpu` lives.
 - `tunix_cli`: the names of Tunix's GRPO CLI that `tunix_mcjax.cli` rebinds.
 - `metric_keys`: metric names Tunix writes as string literals.
 - `versions`: differences between the supported JAX versions.

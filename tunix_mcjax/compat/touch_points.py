@@ -183,6 +183,39 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         why="the previous step's buffer, where the latest losses are once"
         " Tunix has moved on.",
     ),
+    # --- sequence packing (max_seq_token_per_tpu), while a cluster lives ----
+    TouchPoint(
+        module="tunix.rl.common", attr="process_ids",
+        kind="source", needle="attn_mask = None",
+        wrapper="compat.packing.process_ids",
+        why="packed rows get no attention mask (Qwen3 reads segment_ids only"
+        " in TPU flash attention); replaced by the causal same-segment mask."
+        " Upstream: build that mask in process_ids.",
+    ),
+    TouchPoint(
+        module="tunix.rl.common", attr="compute_per_token_logps",
+        kind="source", needle="process_ids(",
+        wrapper="compat.packing.install_packing",
+        why="calls process_ids by its module name (so the replacement"
+        " reaches it); its traces are cleared when it is swapped.",
+    ),
+    TouchPoint(
+        module="tunix.rl.rl_learner",
+        attr="RLLearner._run_all_micro_batch_steps",
+        kind="source", needle="rl_utils.pack_sequences(",
+        wrapper="compat.packing.install_packing",
+        why="the learner packs micro-batches through the module function and"
+        " makes each packed row an update_actor call; mcjax's packer yields"
+        " one packed batch per micro-batch. Upstream: a packer hook.",
+    ),
+    TouchPoint(
+        module=_GRPO, attr="GRPOLearner.__init__",
+        kind="source", needle='"algo_config": self.algo_config',
+        wrapper="compat.packing.learner_algo_config",
+        why="the learner's loss_agg_mode, read through the trainer's model"
+        " input function to refuse packing where it changes the loss."
+        " Upstream: the learner's config on the trainer.",
+    ),
     # --- metric keys Tunix writes as literals -------------------------------
     TouchPoint(
         module=_GRPO, attr="", kind="literal", needle="rewards/score/mean",

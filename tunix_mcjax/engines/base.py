@@ -314,11 +314,32 @@ def engine_mesh_and_source(
   return engine_mesh, source
 
 
-def row_ids_or_counter(engine: str, row_ids: RowIdSource | None
-                       ) -> RowIdSource:
-  """`row_ids`, or (with a warning) a per-engine counter."""
+def row_ids_or_counter(engine: str, row_ids: RowIdSource | None, *,
+                       process_count: int | None = None) -> RowIdSource:
+  """`row_ids`, or (single process only, with a warning) a counter.
+
+  Args:
+    engine: The engine's name, for messages.
+    row_ids: The context's row-id source, or None.
+    process_count: Processes in the job; None: `jax.process_count()`.
+
+  Raises:
+    ValueError: no `row_ids` in a multi-process (mcjax) job, where a
+      per-host counter would key the same row differently on every
+      placement.
+  """
   if row_ids is not None:
     return row_ids
+  if process_count is None:
+    process_count = jax.process_count()
+  if process_count > 1:
+    raise ValueError(
+        f"{engine} has no row-id source in a {process_count}-process"
+        " job: sampling keys would come from a per-host counter, so samples"
+        " would depend on how rows are split across hosts. Pass"
+        " EngineContext(row_ids=...) (McJaxRLCluster passes its admission"
+        " ledger; build the engine through the cluster)."
+    )
   logging.warning(
       "%s has no row-id source: rows are keyed by a per-engine counter, so"
       " sampled completions depend on how rows are split across hosts and"

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tunix_mcjax.recipes import tasks
+from tunix_mcjax.recipes import validation
 
 # Re-exported: the job's configuration lives in job_config.
 # pylint: disable=unused-import
@@ -39,6 +39,7 @@ from tunix_mcjax.recipes.job_config import BACKENDS
 from tunix_mcjax.recipes.job_config import GrpoJobConfig
 from tunix_mcjax.recipes.job_config import TINY_DIMS
 from tunix_mcjax.recipes.job_config import TRAINERS
+from tunix_mcjax.recipes.job_config import check_job
 from tunix_mcjax.recipes.job_config import choose_mesh
 from tunix_mcjax.recipes.job_config import model_dims
 # pylint: enable=unused-import
@@ -63,6 +64,16 @@ def _build_maxtext(cfg: GrpoJobConfig):
     overrides = dict(
         item.split("=", 1) for item in cfg.maxtext_overrides
     )
+  elif cfg.model == "tiny":
+    from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top,unused-import
+    from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
+
+    # The engine's tiny shape, as for Tunix's tiny model (vLLM's CPU
+    # attention has no head_dim 16 kernel); the names are shared.
+    overrides = {
+        **maxtext_models.TINY_QWEN3_OVERRIDES,
+        **getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {}),
+    }
   config = maxtext_models.maxtext_config(
       base_config=cfg.maxtext_config,
       overrides=overrides,
@@ -109,8 +120,10 @@ def _build_models(cfg: GrpoJobConfig, mesh):
 
     # An engine may need a different tiny shape (vLLM's CPU attention has no
     # head_dim 16 kernel); it says so in `tiny_model_overrides`.
+    # 'vanilla' (Tunix's own sampler) runs the model as the native engine.
+    engine = "native" if cfg.engine == "vanilla" else cfg.engine
     overrides = dict(
-        getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {}))
+        getattr(ENGINES.get(engine), "tiny_model_overrides", {}))
     if "data" in mesh.axis_names:
       overrides["shd_config"] = _hsdp_sharding(
           models.tiny_qwen3_config().shd_config)
@@ -165,11 +178,60 @@ def _learner(cfg: GrpoJobConfig, cluster: Any, reward_fns: Any) -> Any:
       reward_fns=reward_fns)
 
 
+def check_inputs(cfg: GrpoJobConfig) -> None:
+  """The data and tokenizer checks, without devices or a model.
+
+  The example runs them before any host starts (the hosts run them again).
+
+  Raises:
+    validation.InputError: naming the row or setting and the fix.
+  """
+  _datasets(cfg, _tokenizer(cfg), model_dims(cfg).get("vocab_size"),
+            host=None)
+
+
+def _datasets(
+    cfg: GrpoJobConfig, tokenizer: Any, model_vocab: int | None,
+    host: int | None,
+) -> tuple[list[Any], list[Any], list[Any] | None]:
+  """Checked global train batches, the task's rewards, eval batches or None.
+
+  Raises validation.InputError (data, tokenizer) before any collective, the
+  same on every host; long prompts are dropped from the global dataset.
+  Host 0 prints what --skip_long_prompts dropped.
+  """
+  validation.check_vocab(validation.tokenizer_vocab_size(tokenizer),
+                         model_vocab if cfg.trainer == "tunix" else None,
+                         model=cfg.model)
+  lengths = validation.sampler_prompt_lengths(tokenizer)
+  common = dict(seed=cfg.seed, length_fn=lengths,
+                max_prompt_length=cfg.max_prompt_length,
+                skip_long_prompts=cfg.skip_long_prompts)
+  data = validation.prepare_dataset(
+      cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.steps, **common)
+  evaluation = None
+  if cfg.eval_every is not None:
+    evaluation = validation.prepare_eval_dataset(
+        cfg.dataset, batch_size=cfg.batch_size,
+        num_batches=cfg.eval_batches, **common)
+  if host == 0 and cfg.skip_long_prompts:
+    for what, d in (("training", data), ("evaluation", evaluation)):
+      if d is not None:
+        print(f"[grpo] --skip_long_prompts: dropped {d.dropped} of {d.rows}"
+              f" {what} rows longer than {cfg.max_prompt_length} tokens",
+              flush=True)
+  return (data.batches, data.reward_fns,
+          None if evaluation is None else evaluation.batches)
+
+
 def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   """Runs the job in this process (one host of it). Returns a summary."""
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
   info = runtime.initialize()
+  # On a real cluster no launcher checked the job before the hosts started.
+  check_job(cfg, num_hosts=info.process_count,
+            devices_per_host=info.local_device_count)
   import optax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
@@ -217,18 +279,24 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       # the batch splits over hosts and their devices; parameters (sharded
       # over "fsdp" only) stay replicated across hosts.
       batch_sharding = dict(data_sharding_axis=(choice.batch_axes,))
-  batches, reward_fns = tasks.dataset_from_spec(
-      cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.steps,
-      seed=cfg.seed,
-  )
+  batches, reward_fns, eval_batches = _datasets(
+      cfg, tokenizer,
+      getattr(getattr(actor, "config", None), "vocab_size", None),
+      info.process_index)
   batches = list(batches) * cfg.passes
   total_steps = cfg.steps * cfg.passes
-  eval_batches = None
-  if cfg.eval_every is not None:
-    eval_batches = tasks.eval_dataset_from_spec(
-        cfg.dataset, batch_size=cfg.batch_size, num_batches=cfg.eval_batches,
-        seed=cfg.seed,
-    )
+  reward_pool = None
+  if cfg.reward_workers:
+    from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
+
+    # This host's pool, started now (before the first step).
+    reward_pool = rewards_pool.RewardPool(reward_fns,
+                                          num_workers=cfg.reward_workers)
+    reward_fns = reward_pool.fns
+  # A reward function that raises, returns NaN or the wrong number of values
+  # is an error naming it (Tunix would nansum NaN into 0); outside the pool,
+  # which pickles the functions themselves.
+  reward_fns = validation.checked_reward_fns(reward_fns)
   recorder = _Recorder(reward_fns) if cfg.dump_dir else None
   if recorder is not None:
     reward_fns = recorder.reward_fns
@@ -254,7 +322,13 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       max_steps=total_steps * cfg.updates_per_batch() * cfg.num_iterations,
       mini_batch_size=cfg.mini_batch_size,
       train_micro_batch_size=cfg.micro_batch_size,
+      max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
       **batch_sharding,
+      # Tunix's trainer saves (and restores) the actor; mcjax adds the resume
+      # state (docs/checkpointing.md).
+      **({} if cfg.checkpoint_dir is None
+         else cfg.checkpoint_config().training_config_fields(
+             updates_per_step=cfg.updates_per_batch() * cfg.num_iterations)),
   )
   roles = {compat.Role.ACTOR: mesh, compat.Role.ROLLOUT: mesh,
            compat.Role.REFERENCE: mesh}
@@ -276,6 +350,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             trace_steps=tuple(cfg.trace_steps),
             trace_dir=cfg.trace_dir,
             engine_model=engine_model,
+            checkpoint_fingerprint=cfg.checkpoint_fingerprint(),
         ),
         **common,
     )
@@ -327,13 +402,18 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
               engine_model, nnx.state(actor, nnx.Param), local),
           source_mapping=engine_model.mapping,
       )
+    # --engine=vanilla: Tunix's own rollout, sharing the actor's weights
+    # (no copy per step), exactly as a Tunix user runs it; it draws one
+    # random stream per batch, so its samples differ from mcjax's.
+    stock_rollout = (
+        "vanilla" if cfg.engine == "vanilla" else functools.partial(
+            ENGINES.get(cfg.engine), context=engine_context))
     cluster = tunix_mcjax.create_rl_cluster(
         "tunix",
         cluster_config=compat.ClusterConfig(
             role_to_mesh=roles,
             role_to_logical_axis_rule=axis_rules,
-            rollout_engine=functools.partial(
-                ENGINES.get(cfg.engine), context=engine_context),
+            rollout_engine=stock_rollout,
             training_config=training_config,
             rollout_config=rollout_config,
         ),
@@ -341,7 +421,9 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     )
     # Step records with the mcjax schema, measured the same way.
     stock_recorder = telemetry_stock.StockClusterRecorder(
-        cluster, ledger=adm.ledger, metrics_out=cfg.metrics_out
+        cluster, ledger=adm.ledger, metrics_out=cfg.metrics_out,
+        trace_steps=tuple(cfg.trace_steps), trace_dir=cfg.trace_dir,
+        take_rows=cfg.engine == "vanilla",
     )
     train_ds = adm.shard(batches)
     eval_ds = None
@@ -360,8 +442,14 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     # Lets tests check that training moved the parameters at all.
     init_params = _gathered_params(cluster.actor_trainer.model)
   t0 = time.perf_counter()
-  learner.train(train_ds, eval_ds)
+  if cluster.global_steps < total_steps:
+    learner.train(train_ds, eval_ds)
+  else:
+    # Resumed from the last step's checkpoint: nothing left to train.
+    cluster.close()
   wall = time.perf_counter() - t0
+  if reward_pool is not None:
+    reward_pool.close()
   if stock_recorder is not None:
     stock_recorder.close()
   if fixes is not None:

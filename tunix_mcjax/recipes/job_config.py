@@ -109,6 +109,22 @@ class GrpoJobConfig:
   # (data-parallel across hosts, fsdp within a host), or "auto": fsdp when
   # it divides the model's widths, else hsdp (support.choose_mesh).
   mesh: str = "auto"
+  # Reward functions scored in a per-host pool of this many worker processes
+  # (tunix_mcjax.rewards_pool); 0: in-process, one after the other (Tunix).
+  reward_workers: int = 0
+  # Prompts longer than max_prompt_length: an error naming the row (False),
+  # or dropped from the global dataset before dealing, with a count (True).
+  skip_long_prompts: bool = False
+  # Checkpoints (mcjax; see docs/checkpointing.md): every `checkpoint_every`
+  # global steps into `checkpoint_dir`, keeping `max_to_keep` (None: all). A
+  # directory that holds a checkpoint resumes from its latest complete one.
+  checkpoint_dir: str | None = None
+  checkpoint_every: int = 1
+  max_to_keep: int | None = 3
+  # Sequence packing (Tunix's RLTrainingConfig.max_seq_token_per_tpu):
+  # tokens per packed row; None: no packing. mcjax only, with a token-mean
+  # learner (--learner=dapo); see docs/cli.md.
+  max_seq_token_per_tpu: int | None = None
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
@@ -127,13 +143,10 @@ class GrpoJobConfig:
           "maxtext_config, maxtext_overrides and load_parameters_path need"
           " trainer='maxtext'."
       )
-    if self.trainer == "maxtext" and self.engine != "native":
-      raise ValueError(
-          "trainer='maxtext' runs with engine='native' here; the vLLM engines"
-          " take the same published Tunix-layout tree, but maxtext and vLLM"
-          " do not install into one environment on this project's machines,"
-          " so that combination is untested and refused."
-      )
+    problem = support.trainer_engine(self.trainer, self.engine,
+                                     backend=self.backend)
+    if problem is not None:
+      problem.raise_()
     for item in self.maxtext_overrides or ():
       if "=" not in item:
         raise ValueError(
@@ -148,8 +161,10 @@ class GrpoJobConfig:
       )
     if self.eval_batches < 1:
       raise ValueError(f"eval_batches must be >= 1, got {self.eval_batches}.")
-    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
-
+    if self.reward_workers < 0:
+      raise ValueError(
+          f"reward_workers must be >= 0 (0: in-process), got"
+          f" {self.reward_workers}.")
     if self.mesh not in support.MESH_KINDS:
       raise ValueError(
           f"mesh must be one of {support.MESH_KINDS}, got {self.mesh!r}."
@@ -195,6 +210,39 @@ class GrpoJobConfig:
         if problem is not None:
           problem.raise_()
     self._check_algorithm()
+    if self.checkpoint_dir is not None and self.backend != "mcjax":
+      raise ValueError(
+          "checkpoint_dir needs backend='mcjax' (its resume is exact: the"
+          " data position and sampling keys are saved); the stock backend"
+          " here does not checkpoint."
+      )
+    self.checkpoint_config()  # Validates checkpoint_every and max_to_keep.
+
+  def checkpoint_config(self) -> Any:
+    """The `checkpointing.CheckpointConfig`, or None (no checkpoints)."""
+    from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
+
+    if self.checkpoint_dir is None:
+      if self.checkpoint_every != 1 or self.max_to_keep != 3:
+        # Not silently ignored.
+        checkpointing.CheckpointConfig(
+            directory="-", every=self.checkpoint_every,
+            max_to_keep=self.max_to_keep)
+      return None
+    return checkpointing.CheckpointConfig(
+        directory=self.checkpoint_dir, every=self.checkpoint_every,
+        max_to_keep=self.max_to_keep)
+
+  def checkpoint_fingerprint(self) -> dict[str, Any]:
+    """What a resume must not change (host count, steps, passes, logging
+    and host optimizations may change)."""
+    keys = ("trainer", "model", "dataset", "engine", "dtype", "seed",
+            "batch_size", "mini_batch_size", "micro_batch_size",
+            "num_generations", "num_iterations", "learner", "beta", "epsilon",
+            "learning_rate", "temperature", "top_p", "top_k",
+            "max_new_tokens", "max_prompt_length", "lora_rank", "lora_alpha",
+            "lora_modules", "skip_long_prompts")
+    return {k: getattr(self, k) for k in keys}
 
   def _check_algorithm(self) -> None:
     """Learner and batch knobs: what Tunix and mcjax can run together."""
@@ -223,14 +271,49 @@ class GrpoJobConfig:
                                ("micro_batch_size", micro, mini)):
       if value < 1 or whole % value:
         raise ValueError(f"{name}={value} must be >= 1 and divide {whole}.")
+    self._check_packing()
     if self.backend == "mcjax":
-      problem = support.balanced_micro_batches(
-          balance_by_length=bool(self.optimizations().balance_admission),
-          loss_agg_mode=self.loss_agg_mode(),
-          micro_batch_size=micro, mini_batch_size=mini,
+      # O3 with accumulation: the rules admission and the cluster apply on
+      # every host, checked here before any host starts.
+      balance = bool(self.optimizations().balance_admission)
+      for problem in (
+          support.balanced_micro_batches(
+              balance_by_length=balance, loss_agg_mode=self.loss_agg_mode(),
+              micro_batch_size=micro, mini_batch_size=mini),
+          support.balanced_updates(
+              balance_by_length=balance, mini_batch_size=mini,
+              batch_size=self.batch_size),
+      ):
+        if problem is not None:
+          raise ValueError(problem.message)
+
+  def _check_packing(self) -> None:
+    """--max_seq_token_per_tpu: where packing gives the unpacked losses."""
+    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+    if self.max_seq_token_per_tpu is None:
+      return
+    if self.backend != "mcjax":
+      raise ValueError(
+          "--max_seq_token_per_tpu with --backend=tunix: Tunix 0.1.7's own"
+          " packing is wrong off TPU (no attention mask for packed rows) and"
+          " makes each packed row its own optimizer update; use"
+          " --backend=mcjax, or compare with the unpacked run."
       )
-      if problem is not None:
-        raise ValueError(problem.message)
+    problem = support.sequence_packing(
+        self.max_seq_token_per_tpu, loss_agg_mode=self.loss_agg_mode(),
+        num_iterations=self.num_iterations, prefix="--",
+    )
+    if problem is not None:
+      raise ValueError(problem.message)
+    longest = self.max_prompt_length + self.max_new_tokens
+    if self.max_seq_token_per_tpu < longest:
+      raise ValueError(
+          f"--max_seq_token_per_tpu={self.max_seq_token_per_tpu} is shorter"
+          f" than the longest row ({self.max_prompt_length} prompt +"
+          f" {self.max_new_tokens} completion tokens); set it to at least"
+          f" {longest}."
+      )
 
   def loss_agg_mode(self) -> str:
     """The learner's loss aggregation (Tunix's config defaults)."""
@@ -272,9 +355,6 @@ class GrpoJobConfig:
 # them equal), readable without importing jax: the example checks the mesh
 # before any host starts.
 TINY_DIMS = dict(embed_dim=64, hidden_dim=128, num_heads=4, num_kv_heads=2)
-_HF_DIMS = dict(embed_dim="hidden_size", hidden_dim="intermediate_size",
-                num_heads="num_attention_heads",
-                num_kv_heads="num_key_value_heads", vocab_size="vocab_size")
 
 
 def model_dims(cfg: GrpoJobConfig) -> dict[str, int]:
@@ -288,7 +368,7 @@ def model_dims(cfg: GrpoJobConfig) -> dict[str, int]:
     return {}  # The loader reports the missing checkpoint.
   with open(path) as f:
     hf = json.load(f)
-  return {k: int(hf[v]) for k, v in _HF_DIMS.items() if hf.get(v)}
+  return support.hf_model_dims(hf)
 
 
 def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
@@ -303,4 +383,79 @@ def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
   )
   if problem is not None:
     problem.raise_()
+  return choice
+
+
+# The engines tunix_mcjax.engines registers (a test keeps this equal), so
+# that checking a built-in name imports no engine.
+BUILTIN_ENGINES = ("native", "vllm", "vllm_tpu")
+
+
+def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
+              devices_per_host: int) -> Any:
+  """Every check of `cfg` that needs no device; returns the mesh choice.
+
+  The example runs it before any host starts (and each host again): a batch
+  that does not divide over the hosts, an unknown engine, a missing dataset
+  file or model directory, or a mesh that cannot shard the model.
+
+  Raises:
+    validation.InputError: naming every problem and its fix, on one line.
+  """
+  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+
+  problems = []
+  # The stock backend also runs Tunix's own sampler ('vanilla').
+  known = (*BUILTIN_ENGINES, *(("vanilla",) if cfg.backend == "tunix" else ()))
+  if cfg.engine not in known:
+    # Importing the engines costs seconds before every run; only a name
+    # that is not built in needs the registry (plug-in engines).
+    from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top,unused-import
+    from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
+
+    names = [*ENGINES.names(), *known[len(BUILTIN_ENGINES):]]
+    if cfg.engine not in names:
+      problems.append(f"--engine={cfg.engine!r} is not a registered engine;"
+                      f" use one of {names}.")
+  if cfg.backend == "mcjax":
+    for name, value in (("batch_size", cfg.batch_size),
+                        ("mini_batch_size", cfg.mini_batch_size),
+                        ("micro_batch_size", cfg.micro_batch_size)):
+      problem = support.global_batch(f"--{name}", value, num_hosts)
+      if problem is not None:
+        problems.append(problem.message)
+  if cfg.dataset.startswith("gsm8k:"):
+    path = os.path.expanduser(cfg.dataset[len("gsm8k:"):])
+    if not os.path.isfile(path):
+      problems.append(f"--dataset={cfg.dataset}: {path!r} is not a file;"
+                      " pass gsm8k:PATH of a GSM8K jsonl file.")
+    elif cfg.eval_every is not None:
+      try:
+        test = tasks.gsm8k_test_path(path)
+      except ValueError as e:
+        problems.append(str(e))
+      else:
+        if not test.is_file():
+          problems.append(f"--eval_every evaluates on {str(test)!r}, which"
+                          " does not exist; put the test split next to the"
+                          " training file or drop --eval_every.")
+  elif cfg.dataset != "toy":
+    problems.append(f"--dataset={cfg.dataset!r} is not 'toy' or"
+                    " 'gsm8k:PATH'.")
+  if cfg.model != "tiny" and not os.path.isfile(
+      os.path.join(os.path.expanduser(cfg.model), "config.json")):
+    problems.append(f"--model={cfg.model!r} is not 'tiny' or a local Hugging"
+                    " Face checkpoint directory (no config.json there).")
+  load = cfg.load_parameters_path
+  if load and "://" not in load and not os.path.exists(load):
+    problems.append(f"--load_parameters_path={load!r} does not exist.")
+  choice = None
+  if not problems:
+    try:
+      choice = choose_mesh(cfg, num_hosts=num_hosts,
+                           devices_per_host=devices_per_host)
+    except ValueError as e:
+      problems.append(str(e))
+  if problems:
+    raise validation.InputError(" ".join(problems))
   return choice

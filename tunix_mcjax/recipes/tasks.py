@@ -273,6 +273,12 @@ def load_gsm8k(
             f"{str(p)}:{lineno} is not a JSON object with 'question' and"
             f" 'answer': {e}"
         ) from e
+      empty = [k for k in ("question", "answer") if not rows[-1][k].strip()]
+      if empty:
+        raise ValueError(
+            f"{str(p)}:{lineno} has an empty {' and '.join(empty)}; fill it"
+            " in or remove the line."
+        )
       if limit is not None and len(rows) >= limit:
         break
   if not rows:

@@ -51,6 +51,8 @@ from tunix_mcjax.support.meshes import MESH_KINDS
 from tunix_mcjax.support.meshes import MeshChoice
 from tunix_mcjax.support.meshes import TP_DIMS
 from tunix_mcjax.support.meshes import choose_mesh
+from tunix_mcjax.support.meshes import config_mesh
+from tunix_mcjax.support.meshes import hf_model_dims
 # pylint: enable=unused-import
 
 # Batch knobs of Tunix's RLTrainingConfig that count the whole job's rows
@@ -71,11 +73,16 @@ TUNIX_ENGINES = {
     " under that name (its engine 'vllm' is PyTorch vLLM, a different"
     " engine). Name the mcjax engine explicitly: 'vllm_tpu' (host-local"
     " tpu-inference vLLM, experimental) or 'vllm' (PyTorch vLLM), with"
-    " McJaxOptions(engine=...) or the CLI's --engine; or"
+    " McJaxOptions(engine=...) or the CLI's --engine, or as"
+    " rollout_engine='mcjax:vllm'; or"
     f" rollout_engine={VANILLA_ENGINE} for the native engine.",
     "sglang_jax": "mcjax has no host-local SGLang-JAX engine; set"
     f" rollout_engine={VANILLA_ENGINE} (the native engine, Tunix's sampler).",
 }
+# `rollout_engine="mcjax:<name>"` names the registered mcjax engine <name>
+# even where the bare name means another engine in Tunix ('vllm'); a
+# rollout_engine string is all that recipes such as MaxText's train_rl pass.
+MCJAX_ENGINE_PREFIX = "mcjax:"
 # Loss aggregation modes of Tunix (`tunix.rl.common.aggregate_loss`) whose
 # gradient, accumulated as the mean over equal-sized micro-batches, does not
 # depend on which rows share a micro-batch: each normalises per row (by the
@@ -115,8 +122,16 @@ def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
   sampler. Tunix's other names ('vllm' = tpu-inference vLLM, 'sglang_jax')
   are refused with the mcjax engine to name instead: mcjax's registered
   'vllm' is the PyTorch vLLM engine, i.e. another engine than Tunix's. A
-  registered mcjax name that is not a Tunix name is taken as given.
+  registered mcjax name that is not a Tunix name is taken as given, and
+  'mcjax:<name>' names the registered engine <name> in any case.
   """
+  if engine.startswith(MCJAX_ENGINE_PREFIX):
+    if mcjax_engine_name(engine) in engine_names:
+      return None
+    return Problem(
+        message=f"rollout_engine={engine!r}: no such mcjax engine; use one"
+        f" of {[MCJAX_ENGINE_PREFIX + n for n in engine_names]}.",
+    )
   if engine in TUNIX_ENGINES:
     if engine == VANILLA_ENGINE:
       return None
@@ -131,6 +146,17 @@ def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
       f" engine ({choices}; '{VANILLA_ENGINE}' means the native engine); set"
       f" rollout_engine={VANILLA_ENGINE}.",
   )
+
+
+def mcjax_engine_name(engine: str) -> str:
+  """The registered engine a `rollout_engine` name (valid by
+  `rollout_engine`) selects: 'vanilla' -> 'native', 'mcjax:<name>' ->
+  <name>, other names as given."""
+  if engine == VANILLA_ENGINE:
+    return "native"
+  if engine.startswith(MCJAX_ENGINE_PREFIX):
+    return engine[len(MCJAX_ENGINE_PREFIX):]
+  return engine
 
 
 def balanced_micro_batches(
@@ -167,6 +193,35 @@ def balanced_micro_batches(
   )
 
 
+def balanced_updates(
+    *,
+    balance_by_length: bool,
+    mini_batch_size: int | None,
+    batch_size: int | None,
+    prefix: str = "",
+) -> Problem | None:
+  """O3 keeps the single controller's updates only with one per batch.
+
+  Balanced dealing spreads the batch's prompts over the hosts by length,
+  so with several optimizer updates per batch (mini_batch_size <
+  batch_size) each update would hold other prompts than the single
+  controller's, whatever the loss. Admission refuses it on every host
+  (`admission.AdmissionConfig.host_prompt_indices`); this is the same rule
+  for the checks that run before any host starts.
+  """
+  if not balance_by_length or mini_batch_size is None or batch_size is None:
+    return None
+  if mini_batch_size >= batch_size:
+    return None
+  return Problem(
+      message=f"balance_admission (O3) with {prefix}mini_batch_size="
+      f"{mini_batch_size} < batch_size={batch_size}: O3 deals each batch's"
+      " prompts by length, so every optimizer update but one per batch would"
+      " hold other prompts than the single controller's. Turn"
+      " balance_admission off, or set mini_batch_size = batch_size.",
+  )
+
+
 def learner(name: str) -> Problem | None:
   """mcjax runs Tunix's GRPO-family learners; PPO needs a critic."""
   if name in LEARNERS:
@@ -188,10 +243,11 @@ def unsupported_role(name: str) -> Problem:
   )
 
 
-# Engines that take a LoRA actor: native holds base + adapters; vllm merges
-# the adapters into its weights on the host. Both receive only
-# the adapters (`nnx.LoRAParam`) at each publication.
-LORA_ENGINES = ("native", "vllm")
+# Engines that take a LoRA actor: native holds base + adapters; vllm and
+# vllm_tpu (tpu-inference's mapping, `with_lora`) merge the adapters into
+# their weights on the host. All receive only the adapters
+# (`nnx.LoRAParam`) at each publication.
+LORA_ENGINES = ("native", "vllm", "vllm_tpu")
 # The module paths (qwix's '/'-joined names, matched with re.fullmatch) of a
 # Qwen3 layer's linear projections: what a LoRA `module_path` regex selects.
 QWEN3_LORA_TARGETS = (
@@ -273,6 +329,76 @@ def lora_engine(engine: str, lora_enabled: bool) -> Problem | None:
   )
 
 
+# Engines a MaxText trainer publishes into (through the MaxText -> Tunix
+# Qwen3 mapping, `maxtext.models.qwen3_param_mapping`), with the modules each
+# needs importable in the one Python environment of every host and the
+# Makefile target that builds such an environment.
+MAXTEXT_ENGINES = {
+    "native": (("maxtext",), "make venv"),
+    "vllm": (("maxtext", "vllm"), "make venv-maxtext-vllm"),
+}
+
+
+def missing_modules(names: Iterable[str]) -> tuple[str, ...]:
+  """The top-level modules among `names` this interpreter cannot import.
+
+  Uses `importlib.util.find_spec`, which imports nothing: the check runs in
+  the launching process before any host starts.
+  """
+  import importlib.util  # pylint: disable=g-import-not-at-top
+
+  return tuple(n for n in names if importlib.util.find_spec(n) is None)
+
+
+def trainer_engine(
+    trainer: str,
+    engine: str,
+    *,
+    backend: str = "mcjax",
+    missing: Sequence[str] | None = None,
+) -> Problem | None:
+  """A MaxText trainer runs with the engines its mapping feeds, in one env.
+
+  Args:
+    trainer: "tunix" (always fine here) or "maxtext".
+    engine: the registered engine name.
+    backend: the cluster backend; the stock one hands the engine the actor's
+      MaxText parameters at every sync, which only the native engine maps
+      (`EngineContext.source_mapping`).
+    missing: modules the environment lacks; None: found with
+      `missing_modules` (tests pass it to check the message).
+  """
+  if trainer != "maxtext":
+    return None
+  if engine not in MAXTEXT_ENGINES:
+    return Problem(
+        message=f"trainer='maxtext' with engine={engine!r}: MaxText's"
+        " parameters reach an engine through the MaxText -> Tunix Qwen3"
+        " mapping, which only these engines take:"
+        f" {list(MAXTEXT_ENGINES)}. Use one of them.",
+    )
+  if engine != "native" and backend != "mcjax":
+    return Problem(
+        message=f"trainer='maxtext' with engine={engine!r} and"
+        f" backend={backend!r}: the stock cluster hands the engine the"
+        " actor's MaxText parameters at every sync, and only the native"
+        " engine maps them itself. Use backend='mcjax' (its publisher maps"
+        " them) or engine='native'.",
+    )
+  modules, target = MAXTEXT_ENGINES[engine]
+  if missing is None:
+    missing = missing_modules(modules)
+  if missing:
+    return Problem(
+        message=f"trainer='maxtext' with engine={engine!r} needs"
+        f" {' and '.join(modules)} importable in one Python environment;"
+        f" {', '.join(missing)} cannot be imported by this interpreter. Build"
+        f" that environment with `{target}` and run with its Python"
+        + (" (.venv-maxtext-vllm/bin/python)." if engine == "vllm" else "."),
+    )
+  return None
+
+
 def offload_to_cpu(offload: bool) -> Problem | None:
   if not offload:
     return None
@@ -329,16 +455,90 @@ def global_batch(
   )
 
 
-def sequence_packing(
-    max_seq_token_per_tpu: int | None, *, prefix: str = ""
+def checkpoint_interval(
+    save_interval_steps: int | None,
+    *,
+    batch_size: int | None,
+    mini_batch_size: int | None,
+    num_iterations: int | None = 1,
+    prefix: str = "",
 ) -> Problem | None:
-  if max_seq_token_per_tpu is None:
+  """A save interval (in optimizer updates) must end on a global step.
+
+  Tunix counts `save_interval_steps` in optimizer updates: (batch_size /
+  mini_batch_size) x num_iterations per global step. A checkpoint written
+  inside a global step cannot be resumed exactly (its batch is half
+  trained), and its resume would stop with an error; refused up front.
+  """
+  if not save_interval_steps or not batch_size:
+    return None
+  mini = mini_batch_size or batch_size
+  if mini <= 0 or batch_size % mini:
+    return None  # Reported by Tunix's own batch checks.
+  updates = (batch_size // mini) * (num_iterations or 1)
+  if save_interval_steps % updates == 0:
     return None
   return Problem(
-      message=f"{prefix}max_seq_token_per_tpu (sequence packing) is not"
-      " supported by mcjax yet; unset it.",
-      error=NotImplementedError,
+      message=f"{prefix}checkpointing_options.save_interval_steps="
+      f"{save_interval_steps} counts optimizer updates, and each global step"
+      f" is {updates} (batch_size/mini_batch_size x num_iterations): a"
+      " checkpoint inside a global step cannot be resumed exactly. Use a"
+      f" multiple of {updates} ({updates} x the global steps between"
+      " checkpoints).",
   )
+
+
+# The one loss_agg_mode whose loss packing leaves unchanged
+# (`tunix_mcjax.packing`): a sum over the micro-batch's completion tokens
+# divided by their count, whatever rows they are packed into. The sequence-*
+# modes reduce per row, and a packed row holds several sequences.
+PACKING_LOSS_MODE = "token-mean"
+
+
+def sequence_packing(
+    max_seq_token_per_tpu: int | None,
+    *,
+    loss_agg_mode: str | None = None,
+    num_iterations: int = 1,
+    prefix: str = "",
+) -> Problem | None:
+  """Packing (`tunix_mcjax.packing`) only where it gives the unpacked loss.
+
+  Args:
+    max_seq_token_per_tpu: Tunix's packing budget (None: no packing).
+    loss_agg_mode: the learner's; None when not known yet (the cluster
+      checks the learner's own before the first packed micro-batch).
+    num_iterations: the learner's (GRPO's mu); packing with several
+      iterations per batch is not verified against unpacked.
+    prefix: config path of the knob in messages.
+  """
+  if max_seq_token_per_tpu is None:
+    return None
+  if max_seq_token_per_tpu < 1:
+    return Problem(
+        message=f"{prefix}max_seq_token_per_tpu={max_seq_token_per_tpu}"
+        " must be a positive number of tokens per packed row (at least the"
+        " longest prompt plus max_tokens_to_generate), or unset.",
+    )
+  if loss_agg_mode is not None and loss_agg_mode != PACKING_LOSS_MODE:
+    return Problem(
+        message=f"{prefix}max_seq_token_per_tpu (sequence packing) with"
+        f" loss_agg_mode={loss_agg_mode!r}: a packed row holds several"
+        " sequences, so a per-row (sequence-*) reduction no longer averages"
+        " over sequences and the loss differs from the unpacked run's."
+        f" Use loss_agg_mode={PACKING_LOSS_MODE!r} (DAPO's default) or unset"
+        " max_seq_token_per_tpu.",
+        error=NotImplementedError,
+    )
+  if num_iterations != 1:
+    return Problem(
+        message=f"{prefix}max_seq_token_per_tpu (sequence packing) with"
+        f" num_iterations={num_iterations}: mcjax has verified packing"
+        " against the unpacked run only for num_iterations=1. Use 1 or"
+        " unset max_seq_token_per_tpu.",
+        error=NotImplementedError,
+    )
+  return None
 
 
 def mesh_layout(
@@ -572,6 +772,12 @@ def check_job(
           mini_batch_size=training.get("mini_batch_size"),
           prefix="grpo_config.",
       ),
+      balanced_updates(
+          balance_by_length=balance_by_length,
+          mini_batch_size=training.get("mini_batch_size"),
+          batch_size=config.get("batch_size"),
+          prefix="rl_training_config.",
+      ),
       offload_to_cpu(bool(config.get("offload_to_cpu"))),
       *(
           unsupported_role(f"{role}_model_config")
@@ -608,9 +814,24 @@ def check_job(
       global_batch(f"rl_training_config.{name}", training.get(name), num_hosts)
       for name in GLOBAL_BATCH_KNOBS
   )
+  if training.get("checkpoint_root_directory"):
+    problems.append(
+        checkpoint_interval(
+            # Orbax's default interval is 1 update.
+            (training.get("checkpointing_options") or {}).get(
+                "save_interval_steps", 1),
+            batch_size=config.get("batch_size"),
+            mini_batch_size=training.get("mini_batch_size"),
+            num_iterations=grpo.get("num_iterations", 1),
+            prefix="rl_training_config.",
+        )
+    )
   problems.append(
       sequence_packing(
-          training.get("max_seq_token_per_tpu"), prefix="rl_training_config."
+          training.get("max_seq_token_per_tpu"),
+          loss_agg_mode=grpo.get("loss_agg_mode", "sequence-mean-token-mean"),
+          num_iterations=grpo.get("num_iterations", 1),
+          prefix="rl_training_config.",
       )
   )
   return JobCheck(

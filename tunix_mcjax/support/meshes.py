@@ -20,8 +20,9 @@ Imports no JAX: `choose_mesh` runs in the process that launches the hosts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 import dataclasses
+from typing import Any
 
 from tunix_mcjax.support.problem import Problem
 
@@ -155,3 +156,73 @@ def choose_mesh(
       f" fsdp/hsdp mesh of {num_hosts} hosts x {devices_per_host} devices"
       " divides it. Use a devices_per_host that divides the model's widths"
       f" ({', '.join(f'{k}={v}' for k, v in sorted(dims.items()))}).")
+
+
+# Hugging Face config.json keys of the widths `choose_mesh` checks.
+HF_DIM_KEYS = dict(embed_dim="hidden_size", hidden_dim="intermediate_size",
+                   num_heads="num_attention_heads",
+                   num_kv_heads="num_key_value_heads", vocab_size="vocab_size")
+
+
+def hf_model_dims(hf_config: Mapping[str, Any]) -> dict[str, int]:
+  """The widths of a Hugging Face Qwen3 `config.json` (present ones only)."""
+  return {k: int(hf_config[v]) for k, v in HF_DIM_KEYS.items()
+          if hf_config.get(v)}
+
+
+def config_mesh(
+    shape: Sequence[int],
+    axis_names: Sequence[str] | None,
+    *,
+    mesh: str,
+    num_hosts: int,
+    devices_per_host: int,
+    dims: Mapping[str, int],
+) -> tuple[MeshChoice | None, Problem | None]:
+  """The global mesh of a Tunix config's actor mesh and the CLI's --mesh.
+
+  A 2-axis `actor_model_config.mesh.shape` (fsdp, tp) gives the tp size; the
+  kind is `mesh` ("auto": fsdp when it divides `dims`, else hsdp, as
+  `choose_mesh`). A 3-axis shape (data, fsdp, tp) is hsdp already; --mesh=fsdp
+  contradicts it. Needs no devices: the CLI checks it before any host starts.
+
+  Args:
+    shape: `actor_model_config.mesh.shape` (its size already checked against
+      the job by `support.mesh_layout`).
+    axis_names: Its axis names; None: the kind's defaults.
+    mesh: "auto", "fsdp" or "hsdp".
+    num_hosts: Hosts in the job.
+    devices_per_host: Devices per host.
+    dims: The model's widths (`hf_model_dims`); {} when unknown, in which
+      case "auto" keeps the config's kind.
+
+  Returns:
+    (the mesh, None) or (None, the problem, naming a mesh that works).
+  """
+  shape = tuple(shape)
+  where = f"actor_model_config.mesh.shape={shape}"
+  if len(shape) == 3:
+    if mesh == "fsdp":
+      return None, Problem(
+          message=f"--mesh=fsdp but {where} is a 3-axis (data, fsdp, tp) hsdp"
+          " mesh; use --mesh=hsdp (or auto), or a 2-axis (fsdp, tp) shape.")
+    mesh = "hsdp"
+  elif len(shape) != 2:
+    return None, Problem(
+        message=f"{where}: give a 2-axis (fsdp, tp) or a 3-axis (data, fsdp,"
+        " tp) mesh.")
+  choice, problem = choose_mesh(dims, num_hosts=num_hosts,
+                                devices_per_host=devices_per_host,
+                                tp=shape[-1], mesh=mesh)
+  if problem is not None:
+    return None, dataclasses.replace(
+        problem, message=f"{where}: {problem.message}")
+  if axis_names is not None and len(axis_names) == len(choice.shape):
+    names = tuple(axis_names)
+  elif axis_names is not None and choice.kind == "hsdp":
+    names = (DATA_AXIS, *axis_names)  # (fsdp, tp) names + hosts' data axis.
+  else:
+    names = choice.axis_names
+  return dataclasses.replace(
+      choice, axis_names=names,
+      batch_axes=names[:2] if choice.kind == "hsdp" else names[:1]), None

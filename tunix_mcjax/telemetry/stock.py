@@ -64,6 +64,9 @@ class StockClusterRecorder:
       *,
       ledger: Any = None,
       metrics_out: str | None = None,
+      trace_steps: tuple[int, ...] = (),
+      trace_dir: str | None = None,
+      take_rows: bool = False,
   ):
     """Wraps `cluster`.
 
@@ -72,7 +75,19 @@ class StockClusterRecorder:
       ledger: the `admission.StepLedger` the job's admission writes into
         (admission time, prompt statistics), or None.
       metrics_out: JSONL file to append one object per step to.
+      trace_steps: steps (1-based) to record a JAX profiler trace of, into
+        `trace_dir`/host0, as the mcjax cluster does.
+      trace_dir: where traces go; required with `trace_steps`.
+      take_rows: take each generated train row's identity from `ledger`
+        (for an engine that does not, such as Tunix's own rollout), so
+        that the ledger closes every step.
     """
+    self._take_rows = take_rows
+    if trace_steps and not trace_dir:
+      raise ValueError("trace_steps needs trace_dir.")
+    self._trace_steps = tuple(trace_steps)
+    self._trace_dir = trace_dir
+    self._tracing = False
     self._cluster = cluster
     self._ledger = ledger
     self._sink = RecordSink(metrics_out=metrics_out)
@@ -96,6 +111,23 @@ class StockClusterRecorder:
       return buffer_metrics(metrics, mode=mode)
 
     cluster.buffer_metrics = buffer_and_read
+    self._trace(cluster.global_steps + 1)
+
+  def _trace(self, next_step: int) -> bool:
+    """Starts or stops the profiler trace so that it covers traced steps.
+
+    Returns:
+      Whether a trace was stopped (and written out).
+    """
+    want = next_step in self._trace_steps
+    if want and not self._tracing:
+      jax.profiler.start_trace(f"{self._trace_dir}/host0")
+      self._tracing = True
+    elif self._tracing and not want:
+      jax.profiler.stop_trace()
+      self._tracing = False
+      return True
+    return False
 
   def _wrap(self, name: str, phase: str, after=None) -> None:
     inner = getattr(self._cluster, name)
@@ -119,10 +151,13 @@ class StockClusterRecorder:
     max_tokens = kwargs.get("max_generation_steps") or (
         self._cluster.get_rollout_config(mode).max_tokens_to_generate
     )
-    self.step_clock.add_generation(generation_stats(
+    stats = generation_stats(
         out, micro_batch_size=kwargs.get("micro_batch_size"),
         max_tokens=max_tokens,
-    ))
+    )
+    self.step_clock.add_generation(stats)
+    if self._take_rows and self._ledger is not None:
+      self._ledger.take(stats["rows"])
 
   def _after_update(self, out: Any, kwargs: Mapping[str, Any]) -> None:
     del out, kwargs
@@ -158,8 +193,15 @@ class StockClusterRecorder:
     ))
     self.records.append(record)
     self._sink.write(record)
+    export_s = time.perf_counter() - now
+    if self._trace(self._cluster.global_steps + 1):
+      # Writing the trace out is no step's time: the next step starts after.
+      now = time.perf_counter()
     # The next step starts now; writing this record is its host work.
-    self.step_clock.reset(now, time.perf_counter() - now)
+    self.step_clock.reset(now, export_s)
 
   def close(self) -> None:
+    if self._tracing:
+      jax.profiler.stop_trace()
+      self._tracing = False
     self._sink.close()

@@ -272,6 +272,117 @@ def test_mismatches_name_the_parameter(devices):
     ti.local_write(nnx.State(_nest(eng)), params, plan=plan, donate=False)
 
 
+# --- LoRA: adapters merged into their base weights in the same program -----
+
+RANK, ALPHA = 4, 8.0
+
+
+@pytest.fixture(scope="module")
+def lora_published(devices):
+  """A LoRA Tunix Qwen3 (rank 4, all seven projections, B made non-zero) as
+  publication delivers it: (base weights, adapters), host-replicated."""
+  from tunix.cli.utils import model as tunix_model_lib  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+
+  model = tunix_model_lib.apply_lora_to_model(
+      models.create_tiny_model(_config(), seed=3), None,
+      {"rank": RANK, "alpha": ALPHA,
+       "module_path": support.DEFAULT_LORA_MODULES})
+  keys = iter(jax.random.split(jax.random.key(0), 100))
+  nnx.update(model, jax.tree.map(
+      lambda x: jax.random.normal(next(keys), x.shape, x.dtype) * 0.1,
+      nnx.state(model, nnx.LoRAParam)))
+  mesh = jax.sharding.Mesh(np.array(devices).reshape(TP, 1), ("fsdp", "tp"))
+  rep = lambda t: jax.tree.map(
+      lambda x: jax.device_put(x, jax.sharding.NamedSharding(mesh, P())), t)
+  return (rep(nnx.state(model, nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam)))),
+          rep(nnx.state(model, nnx.LoRAParam)))
+
+
+def test_lora_adapters_are_merged_in_the_same_program(devices,
+                                                      lora_published):
+  base, lora = lora_published
+  config = _config()
+  src = {**_np(base), **_np(lora)}
+  adapters = [n for n in src if n.endswith("_lora_a")]
+  assert len(adapters) == config.num_layers * 7
+  plan = ti.with_lora(ti.qwen3_plan(config, tp_size=TP), set(
+      tree_paths.flat_params(base)) | set(tree_paths.flat_params(lora)),
+                      scale=ALPHA / RANK)
+  assert sum(t.lora_a is not None for t in plan) == len(adapters)
+  # What a LoRA actor publishes: only the adapters; the engine holds the
+  # base. One program per publication, as without LoRA.
+  state = ti.local_write(_engine_state(config, devices), lora, plan=plan,
+                         base_params=base)
+  writer = next(w for k, w in ti._WRITERS.items() if k[0] == plan)  # pylint: disable=protected-access
+  assert writer.num_dispatches == 1
+  got = {n: np.asarray(x, np.float32)
+         for n, x in tree_paths.flat_dotted(state)[0].items()}
+  bf16 = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float32)
+
+  def merged(weight):  # W + alpha/rank * A @ B, in numpy.
+    a, b = src[weight + "_lora_a"], src[weight + "_lora_b"]
+    return src[weight] + ALPHA / RANK * np.tensordot(a, b, 1)
+
+  n, kv = config.num_heads, config.num_kv_heads
+  for i in range(config.num_layers):
+    pre, t = f"model.layers.{i}.", f"layers.{i}."
+    for eng, trainer in (("self_attn.q_proj", "attn.q_proj.w"),
+                         ("self_attn.o_proj", "attn.o_proj.w"),
+                         ("mlp.gate_proj", "mlp.gate_proj.kernel"),
+                         ("mlp.up_proj", "mlp.up_proj.kernel"),
+                         ("mlp.down_proj", "mlp.down_proj.kernel")):
+      want = merged(t + trainer)
+      # The adapters matter (else the comparison is vacuous).
+      assert np.abs(want - src[t + trainer]).max() > 1e-2
+      np.testing.assert_allclose(got[pre + eng + ".weight"], bf16(want),
+                                 rtol=1e-2, atol=1e-2, err_msg=eng)
+    # Merged K/V, then replicated for tensor parallelism (GQA semantics).
+    for name in ("k_proj", "v_proj"):
+      want = merged(t + f"attn.{name}.w")
+      eng_kv = got[pre + f"self_attn.{name}.weight"]
+      for j in range(n):
+        np.testing.assert_allclose(eng_kv[:, j // (n // TP)],
+                                   bf16(want[:, j // (n // kv)]),
+                                   rtol=1e-2, atol=1e-2)
+    # Not adapted: the base weight as is.
+    np.testing.assert_array_equal(got[pre + "self_attn.k_norm.weight"],
+                                  bf16(src[t + "attn.k_norm.w"]))
+  # The full tree (base + adapters in one) gives the same engine state.
+  full = ti.local_write(_engine_state(config, devices), _nest({
+      **tree_paths.flat_dotted(base)[0], **tree_paths.flat_dotted(lora)[0]}),
+                        plan=plan)
+  for name, x in tree_paths.flat_dotted(full)[0].items():
+    np.testing.assert_array_equal(np.asarray(x, np.float32), got[name], name)
+
+
+def test_lora_mismatches_are_refused(devices, lora_published):
+  base, lora = lora_published
+  config = _config()
+  paths = set(tree_paths.flat_params(base)) | set(tree_paths.flat_params(lora))
+  # An adapter on a weight the engine does not take would be dropped.
+  plan = ti.qwen3_plan(config, tp_size=TP)
+  with pytest.raises(ValueError, match=r"layers\.0\.mlp\.up_proj\.kernel"):
+    ti.with_lora([t for t in plan
+                  if t.source != "layers.0.mlp.up_proj.kernel"], paths,
+                 scale=2.0)
+  # An adapter of another shape names the engine parameter.
+  plan = ti.with_lora(plan, paths, scale=2.0)
+  flat = tree_paths.flat_dotted(lora)[0]
+  flat["layers.1.attn.q_proj.w_lora_b"] = jnp.zeros((RANK + 1, 4, 64))
+  with pytest.raises(ValueError, match=r"model\.layers\.1\.self_attn\.q_proj"
+                     r"\.weight.*does not give"):
+    ti.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
+                   base_params=base, donate=False)
+  # Without the base, the adapters alone cannot be written.
+  with pytest.raises(ValueError, match="missing from the published tree"):
+    ti.local_write(_engine_state(config, devices), lora, plan=plan,
+                   donate=False)
+  with pytest.raises(NotImplementedError, match="scanned"):
+    ti.TargetParam(name="x", source="layers.attn.q_proj.w", layer=0,
+                   layer_axis=0, lora_a="a", lora_b="b", lora_scale=2.0)
+
+
 def test_plan_rejects_layouts_that_would_compute_differently():
   with pytest.raises(ValueError, match="head_dim 32"):
     ti.qwen3_plan(models.tiny_qwen3_config(head_dim=32))

@@ -28,7 +28,11 @@ Two parts:
    (`tunix.generate.utils.transfer_state_with_mappings`) dispatches one
    slice per layer and parameter and reshards each separately. The old
    engine buffers are donated, so XLA can write the new weights in place
-   instead of holding two copies.
+   instead of holding two copies. A LoRA actor's adapters are merged into
+   their base weights in that same program (`with_lora`: W + (alpha / rank)
+   * tensordot(A, B), `engines.lora_merge`, as the vLLM engine merges), so
+   publication sends only the adapters and tpu-inference runs plain
+   weights.
 
 2. `TpuInferenceEngine`, a deliberately thin wrapper that drives Tunix's
    vLLM rollout (`tunix.rl.rollout.vllm_rollout.VllmRollout`) on the host's
@@ -76,6 +80,7 @@ import numpy as np
 from tunix_mcjax import tree_paths
 from tunix_mcjax.compat import vllm_rollout as compat_vllm_rollout
 from tunix_mcjax.engines import base
+from tunix_mcjax.engines import lora_merge
 from tunix_mcjax.engines import qwen3_hf
 
 Mesh = jax.sharding.Mesh
@@ -124,6 +129,11 @@ class TargetParam:
     axis: the axis of "repeat_heads".
     factor: the repeat factor of "repeat_heads".
     size: the padded size of "pad_rows" / "pad_cols".
+    lora_a, lora_b: a LoRA actor's adapter of `source` (trainer dotted
+      names, qwix's `<weight>_lora_a/b`); the engine then gets the merged
+      weight `source + lora_scale * tensordot(A, B, 1)` (computed in float32
+      before any transform). None: no adapter.
+    lora_scale: alpha / rank of the adapter.
   """
 
   name: str
@@ -134,6 +144,9 @@ class TargetParam:
   axis: int = 0
   factor: int = 1
   size: int = 0
+  lora_a: str | None = None
+  lora_b: str | None = None
+  lora_scale: float = 0.0
 
   def __post_init__(self):
     if self.transform not in _TRANSFORMS:
@@ -146,9 +159,33 @@ class TargetParam:
       raise ValueError(f"{self.name}: repeat_heads needs factor >= 2.")
     if self.transform in ("pad_rows", "pad_cols") and self.size < 1:
       raise ValueError(f"{self.name}: {self.transform} needs a size.")
+    if (self.lora_a is None) != (self.lora_b is None):
+      raise ValueError(f"{self.name}: give both lora_a and lora_b or neither.")
+    if self.lora_a is not None:
+      if not self.lora_scale > 0:
+        raise ValueError(f"{self.name}: an adapter needs lora_scale > 0.")
+      if self.layer is not None:
+        raise NotImplementedError(
+            f"{self.name}: merging adapters of a scanned (stacked) trainer"
+            " layer is not mapped; LoRA actors here are Tunix's unscanned"
+            " Qwen3.")
 
-  def apply(self, x: jax.Array) -> jax.Array:
-    """Traced inside the writer's jit: one trainer array -> this parameter."""
+  @property
+  def sources(self) -> tuple[str, ...]:
+    """The trainer parameters this engine parameter is computed from."""
+    if self.lora_a is None:
+      return (self.source,)
+    return (self.source, self.lora_a, self.lora_b)
+
+  def apply(self, x: jax.Array, *lora: jax.Array) -> jax.Array:
+    """Traced inside the writer's jit: trainer arrays -> this parameter.
+
+    Args:
+      x: the `source` array.
+      *lora: with an adapter, its A and B arrays.
+    """
+    if self.lora_a is not None:
+      x = lora_merge.merge_one(x, *lora, self.lora_scale)
     if self.layer is not None:
       x = jax.lax.index_in_dim(x, self.layer, self.layer_axis, keepdims=False)
     if self.transform == "repeat_heads":
@@ -267,6 +304,47 @@ def qwen3_plan(
   return tuple(plan)
 
 
+def with_lora(
+    plan: Sequence[TargetParam],
+    trainer_params: Any,
+    *,
+    scale: float,
+) -> tuple[TargetParam, ...]:
+  """`plan` with every LoRA adapter of `trainer_params` merged in.
+
+  Args:
+    plan: e.g. `qwen3_plan(...)`.
+    trainer_params: the trainer's parameters (a LoRA actor's
+      `nnx.state(model, nnx.Param)`: base weights and qwix adapters), or
+      just their paths.
+    scale: alpha / rank (`lora_merge.scale` of the actor's lora_config).
+
+  Returns:
+    The plan; each engine parameter whose source has an adapter is computed
+    from the merged weight. Without adapters, `plan` unchanged.
+
+  Raises:
+    ValueError: an adapter whose base weight no engine parameter takes
+      (it would be dropped silently), or an A without its B.
+  """
+  paths = (trainer_params if isinstance(trainer_params, (set, frozenset))
+           else set(tree_paths.flat_params(trainer_params)))
+  adapted = {tree_paths.dotted(t.weight): t
+             for t in lora_merge.adapters(paths)}
+  out = []
+  for t in plan:
+    adapter = adapted.pop(t.source, None)
+    out.append(t if adapter is None else dataclasses.replace(
+        t, lora_a=tree_paths.dotted(adapter.a),
+        lora_b=tree_paths.dotted(adapter.b), lora_scale=float(scale)))
+  if adapted:
+    name = sorted(adapted)[0]
+    raise ValueError(
+        f"LoRA adapter on {name!r}, whose weight no engine parameter takes"
+        f" ({len(adapted)} in all); the engine would run without it.")
+  return tuple(out)
+
+
 def _signature(flat: Mapping[str, Any]) -> tuple[Any, ...]:
   return tuple(
       (n, tuple(x.shape), str(x.dtype), getattr(x, "sharding", None))
@@ -315,19 +393,27 @@ class LocalWriter:
     if extra:
       raise ValueError(f"The plan writes {extra[0]!r}, which the engine state"
                        " does not have.")
-    missing_src = [t for t in plan if t.source not in src]
+    missing_src = [(t, n) for t in plan for n in t.sources if n not in src]
     if missing_src:
       raise ValueError(
-          f"Trainer parameter {missing_src[0].source!r} (for engine"
-          f" {missing_src[0].name!r}) is missing from the published tree."
+          f"Trainer parameter {missing_src[0][1]!r} (for engine"
+          f" {missing_src[0][0].name!r}) is missing from the published tree."
       )
-    used = {t.source for t in plan}
+    used = {n for t in plan for n in t.sources}
     unused = sorted(n for n in src if n not in used)
     if unused:
       raise ValueError(
           f"Trainer parameter {unused[0]!r} has no place in the engine"
           f" ({len(unused)} unmatched in all); nothing is dropped silently."
       )
+    for t in plan:
+      if t.lora_a is None:
+        continue
+      w, a, b = (tuple(src[n].shape) for n in t.sources)
+      if not a or not b or a[-1] != b[0] or a[:-1] + b[1:] != w:
+        raise ValueError(
+            f"Engine parameter {t.name!r}: adapter {t.lora_a!r} {a} x"
+            f" {t.lora_b!r} {b} does not give {t.source!r}'s shape {w}.")
     self._order = [n for n in dst]  # Output order = engine leaf order.
     self._src_names = sorted(used)
     src_abs = [jax.ShapeDtypeStruct(tuple(src[n].shape), src[n].dtype)
@@ -338,7 +424,7 @@ class LocalWriter:
       del old_leaves  # Donated: XLA may write the outputs into them.
       named = dict(zip(self._src_names, src_leaves))
       return [
-          by_name[n].apply(named[by_name[n].source]).astype(dt)
+          by_name[n].apply(*(named[x] for x in by_name[n].sources)).astype(dt)
           for n, dt in zip(self._order, dst_dtypes)
       ]
 
@@ -383,6 +469,7 @@ def local_write(
     *,
     plan: Sequence[TargetParam],
     donate: bool = True,
+    base_params: Any = None,
 ) -> Any:
   """Writes published trainer parameters into an engine state, locally.
 
@@ -396,6 +483,10 @@ def local_write(
     plan: e.g. `qwen3_plan(config, tp_size=...)`.
     donate: donate `engine_state`'s buffers (they are invalid afterwards;
       use the returned state).
+    base_params: with a LoRA plan (`with_lora`), where `new_params` holds
+      only the adapters (what a LoRA actor publishes): the frozen base
+      weights, host-local on the engine's devices; merged with the
+      adapters in the same program. None: `new_params` holds everything.
 
   Returns:
     A state of `engine_state`'s structure, shardings and dtypes holding the
@@ -407,6 +498,9 @@ def local_write(
   """
   dst, treedef, _ = tree_paths.flat_dotted(engine_state)
   src, _, _ = tree_paths.flat_dotted(new_params)
+  if base_params is not None:
+    base, _, _ = tree_paths.flat_dotted(base_params)
+    src = {**{n: x for n, x in base.items() if n not in src}, **src}
   plan = tuple(plan)
   key = (plan, _signature(src), _signature(dst), donate)
   with _WRITERS_LOCK:
@@ -464,6 +558,14 @@ class TpuInferenceEngine(base.Engine):
   tpu-inference has no per-request seeds, so sampling here is not
   placement-invariant (Tunix passes one seed for all rows); the context's
   `row_ids` and `reshard_on_update` are not used.
+
+  A LoRA actor: the engine keeps the frozen base weights on this host's
+  devices, takes only the adapters at each publication and merges them in
+  `local_write`'s one program (`with_lora`); alpha and rank come from
+  `rollout_config.rollout_vllm_lora_config` (e.g. the actor's lora_config),
+  and tpu-inference itself runs plain (merged) weights, so Tunix's vLLM LoRA
+  setting is not passed on. Tunix's own first transfer gets the actor's
+  state; the merged weights are written over it right after.
   """
 
   experimental = True
@@ -507,8 +609,21 @@ class TpuInferenceEngine(base.Engine):
     self._replicated = NamedSharding(engine_mesh, PartitionSpec())
     tp = self._options.tensor_parallel_size or engine_mesh.size
     config = source.config
-    self._plan = qwen3_plan(config, tp_size=tp,
-                            q_proj_layout=self._options.q_proj_layout)
+    plan = qwen3_plan(config, tp_size=tp,
+                      q_proj_layout=self._options.q_proj_layout)
+    flat = tree_paths.flat_params(nnx.state(source, nnx.Param))
+    # A LoRA actor: merged here (see the class docstring).
+    self._lora = bool(lora_merge.adapters(flat))
+    self._base = None
+    if self._lora:
+      plan = with_lora(plan, set(flat), scale=lora_merge.scale(
+          getattr(rollout_config, "rollout_vllm_lora_config", None),
+          where="RolloutConfig.rollout_vllm_lora_config"))
+      keep = jax.jit(lambda x: x, out_shardings=self._replicated)
+      with jax.transfer_guard("allow"):
+        self._base = jax.tree.map(keep, nnx.state(
+            source, nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))))
+    self._plan = plan
     self._tmpdir = None
     config_dir = self._options.config_dir
     if config_dir is None:
@@ -526,6 +641,7 @@ class TpuInferenceEngine(base.Engine):
         seed=rollout_config.seed if context.seed is None else context.seed,
         rollout_vllm_model_version=config_dir,
         rollout_vllm_init_with_random_weights=True,
+        rollout_vllm_lora_config=None,  # Merged here instead.
         rollout_vllm_hbm_utilization=self._options.hbm_utilization,
         tensor_parallel_size=tp,
         data_parallel_size=engine_mesh.size // tp,
@@ -542,11 +658,17 @@ class TpuInferenceEngine(base.Engine):
           cache_config_or_size=cfg.kv_cache_size, mesh=engine_mesh,
           rollout_config=cfg,
       )
+    # A LoRA actor publishes only its adapters (nnx.LoRAParam).
     self._target = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                        sharding=self._replicated),
-        nnx.state(source, nnx.Param),
+        nnx.state(source, nnx.LoRAParam if self._lora else nnx.Param),
     )
+    if self._lora:
+      with jax.transfer_guard("allow"):
+        self.update_params(jax.tree.map(
+            jax.jit(lambda x: x, out_shardings=self._replicated),
+            nnx.state(source, nnx.LoRAParam)))
 
   @property
   def engine_mesh(self) -> Mesh:
@@ -566,7 +688,8 @@ class TpuInferenceEngine(base.Engine):
     llm.reset_prefix_cache()
     if not self._options.keep_kv_cache:
       llm.collective_rpc("delete_kv_cache")
-    new_state = local_write(runner.state, params, plan=self._plan)
+    new_state = local_write(runner.state, params, plan=self._plan,
+                            base_params=self._base)
     runner.state = new_state
     if hasattr(runner, "state_leaves"):
       # tpu-inference's jitted model reads these flattened leaves.
@@ -608,6 +731,7 @@ class TpuInferenceEngine(base.Engine):
 
 __all__ = [
     "LocalWriter",
+    "with_lora",
     "TargetParam",
     "TpuInferenceEngine",
     "TpuInferenceOptions",

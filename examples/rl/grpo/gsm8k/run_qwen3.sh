@@ -24,9 +24,6 @@
 #     jsonl files ($data_dir: train.jsonl, test.jsonl) through Tunix's
 #     `data_source=huggingface` instead of a TFDS download, and the reward
 #     functions by module name (the wheel has no tunix/ source tree);
-#   * no LoRA lines: this copy trains full weights; the stock
-#     actor_model_config.lora_config.* lines work under both backends (mcjax
-#     publishes only the adapters; see docs/engines.md, "LoRA actors");
 #   * mesh, flash attention and the Python interpreter are variables, so the
 #     same script runs on TPU (defaults as stock) and on CPU;
 #   * remat_config defaults to 1 (none) instead of 3: with 3 (DECODER) Tunix
@@ -109,6 +106,9 @@ export HF_HUB_OFFLINE=1  # Everything is local; never ask a hub.
   model_config.mesh.axis_names="('fsdp','tp')" \
   model_config.rng_seed=42 \
   model_config.remat_config=${remat_config} \
+  actor_model_config.lora_config.rank=64 \
+  actor_model_config.lora_config.alpha=64.0 \
+  actor_model_config.lora_config.module_path=".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*down_proj|.*up_proj" \
   actor_model_config.mesh.shape="${mesh_shape}" \
   actor_model_config.mesh.axis_names="('fsdp','tp')" \
   reference_model_config.mesh=null \

@@ -1,0 +1,386 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Checkpoint and exact resume (tunix_mcjax.checkpointing, docs/checkpointing.md).
+
+Shared runs (module-scoped): one uninterrupted 6-step 2-host run,
+checkpointing every 2 steps, is the reference for the SIGKILL resume, the
+resume on 3 hosts and the refused resumes. LoRA (rank 4) has its own
+reference, whose step-2 checkpoint resumes on 1 host (the SIGKILL itself is
+tested once, with full weights: what a kill leaves does not depend on what
+the checkpoint holds; this saves a run). A resumed run must reproduce the
+reference's prompts, completions, rewards and losses of every step after the
+checkpoint and its final parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import example_runs
+import launch_utils
+from tunix_mcjax import admission
+from tunix_mcjax import checkpointing
+
+# 6 prompts per step divide over 2 and 3 hosts; 2 devices per host (the
+# 3-host mesh is then hsdp, the tiny model's widths not dividing over 6).
+JOB = ("--steps=6", "--batch_size=6", "--num_generations=2",
+       "--max_new_tokens=6", "--seed=3", "--learning_rate=1e-2",
+       "--beta=0.04", "--checkpoint_every=2", "--devices_per_host=2")
+LORA = ("--lora_rank=4", "--lora_alpha=8")
+_TIMEOUT_S = 600
+
+
+def _command(out: pathlib.Path, ckpt: pathlib.Path, *args: str) -> list[str]:
+  return [sys.executable, str(example_runs.EXAMPLE), *JOB, *args,
+          f"--checkpoint_dir={ckpt}", f"--dump_dir={out}",
+          f"--metrics_out={out}/metrics.jsonl",
+          f"--timeout={_TIMEOUT_S - 100}"]
+
+
+def _run(cmd: list[str], *, expect_rc: int = 0
+         ) -> subprocess.CompletedProcess[str]:
+  launch_utils.require_markers("multihost", "e2e")
+  proc = subprocess.run(cmd, env=launch_utils.launcher_env(),
+                        capture_output=True, text=True, timeout=_TIMEOUT_S)
+  assert proc.returncode == expect_rc, (
+      proc.stdout[-4000:] + proc.stderr[-4000:])
+  return proc
+
+
+def _steps_done(metrics: pathlib.Path) -> int:
+  if not metrics.is_file():
+    return 0
+  steps = [json.loads(line)["step"] for line in
+           metrics.read_text().splitlines() if line.strip().endswith("}")]
+  return max(steps, default=0)
+
+
+def _run_killed_after(cmd: list[str], out: pathlib.Path, step: int) -> None:
+  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded.
+
+  The launcher's hosts die with it (their parent-death signal is SIGKILL),
+  as a whole preempted job would.
+  """
+  launch_utils.require_markers("multihost", "e2e")
+  with open(out.parent / f"{out.name}.log", "w") as log:
+    proc = subprocess.Popen(cmd, env=launch_utils.launcher_env(),
+                            stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + _TIMEOUT_S
+    try:
+      while _steps_done(out / "metrics.jsonl") < step:
+        assert proc.poll() is None, (out.parent / f"{out.name}.log").read_text()
+        assert time.monotonic() < deadline, "the job never reached the step"
+        time.sleep(0.02)
+    finally:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+
+
+def _plant_interrupted_save(ckpt: pathlib.Path, step: int, like: int) -> None:
+  """What a job killed while saving `step` leaves: Orbax's temporary
+  directory, half written (no commit marker, no step metadata)."""
+  actor = checkpointing.actor_directory(str(ckpt))
+  tmp = actor / f"{step}.orbax-checkpoint-tmp-1796130890"
+  shutil.copytree(actor / str(like), tmp)
+  for marker in tmp.rglob("commit_success.txt"):
+    marker.unlink()
+  (tmp / "_CHECKPOINT_METADATA").unlink()
+
+
+def _assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
+                          first_step: int, exact: bool) -> None:
+  """`got` (resumed) reproduces `ref` from step `first_step` on."""
+  ref_rolls = example_runs.read_rollouts(ref)[first_step - 1:]
+  got_rolls = example_runs.read_rollouts(got)
+  assert len(got_rolls) == len(ref_rolls) == 7 - first_step
+  for k, (a, b) in enumerate(zip(ref_rolls, got_rolls), start=first_step):
+    assert a["prompts"] == b["prompts"], k
+    assert a["completions"] == b["completions"], k
+    np.testing.assert_allclose(b["rewards"], a["rewards"], rtol=1e-6,
+                               err_msg=str(k))
+  ref_recs = json.loads((ref / "records.json").read_text())[first_step - 1:]
+  got_recs = json.loads((got / "records.json").read_text())
+  # Step numbers continue; each step's batch is the reference's.
+  assert [r["step"] for r in got_recs] == list(range(first_step, 7))
+  assert ([r["prompts_digest"] for r in got_recs]
+          == [r["prompts_digest"] for r in ref_recs])
+  np.testing.assert_allclose([r["loss"] for r in got_recs],
+                             [r["loss"] for r in ref_recs], rtol=1e-6,
+                             atol=1e-6)
+  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files)
+  for name in pa.files:
+    if exact:
+      np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)
+    else:
+      np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
+                                 err_msg=name)
+  example_runs.assert_parameters_moved(got)
+
+
+def _resumed_from(proc: subprocess.CompletedProcess[str]) -> str:
+  lines = [line for line in proc.stdout.splitlines()
+           if "resuming from checkpoint" in line]
+  assert len(lines) == 1, proc.stdout[-3000:]
+  return lines[0]
+
+
+def _resume_copy(ref_ckpt: pathlib.Path, ckpt: pathlib.Path, out: pathlib.Path,
+                 *args: str) -> subprocess.CompletedProcess[str]:
+  """Resumes from a copy of `ref_ckpt` cut back to its step-2 checkpoint."""
+  shutil.copytree(ref_ckpt, ckpt)
+  for step in (4, 6):
+    shutil.rmtree(checkpointing.actor_directory(str(ckpt)) / str(step))
+  return _run(_command(out, ckpt, *args))
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+  """An uninterrupted run, and the same command killed after step 3 (a
+  save of step 4 interrupted too) then run again."""
+  tmp = tmp_path_factory.mktemp("ckpt_full")
+  ref_out, ref_ckpt = tmp / "ref", tmp / "ref_ckpt"
+  _run(_command(ref_out, ref_ckpt, "--num_hosts=2"))
+  out, ckpt = tmp / "resumed", tmp / "ckpt"
+  cmd = _command(out, ckpt, "--num_hosts=2")
+  _run_killed_after(cmd, out, step=3)
+  steps_after_kill = checkpointing.complete_steps(str(ckpt))
+  _plant_interrupted_save(ckpt, step=4, like=2)
+  proc = _run(cmd)  # The same command again.
+  return dict(ref=ref_out, ref_ckpt=ref_ckpt, out=out, ckpt=ckpt, proc=proc,
+              steps_after_kill=steps_after_kill)
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory):
+  """A LoRA run on 2 hosts; its step-2 checkpoint resumed on 1 host."""
+  tmp = tmp_path_factory.mktemp("ckpt_lora")
+  ref_out, ref_ckpt = tmp / "ref", tmp / "ref_ckpt"
+  _run(_command(ref_out, ref_ckpt, "--num_hosts=2", *LORA))
+  out, ckpt = tmp / "one_host", tmp / "ckpt"
+  proc = _resume_copy(ref_ckpt, ckpt, out, "--num_hosts=1",
+                      "--devices_per_host=4", *LORA)
+  return dict(ref=ref_out, out=out, ckpt=ckpt, proc=proc)
+
+
+# --- exact resume after SIGKILL of the whole job ------------------------------
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_sigkilled_job_resumes_exactly(full):
+  # Killed after step 3: step 2's checkpoint is the latest complete one,
+  # and the save of step 4 the kill interrupted stays invisible.
+  assert full["steps_after_kill"] == [2]
+  assert "actor/2 (global step 2, data position 12" in _resumed_from(
+      full["proc"])
+  _assert_resumed_equal(full["ref"], full["out"], first_step=3, exact=True)
+  # The resumed run checkpoints on: the same steps as the reference.
+  assert checkpointing.complete_steps(str(full["ckpt"])) == [2, 4, 6]
+  assert checkpointing.complete_steps(str(full["ref_ckpt"])) == [2, 4, 6]
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_lora_checkpoint_of_two_hosts_resumes_on_one(lora):
+  assert "actor/2 (global step 2, data position 12, written by 2 host(s))" in (
+      _resumed_from(lora["proc"]))
+  # The same 4-device fsdp mesh as 2 hosts x 2 devices: bit-identical.
+  _assert_resumed_equal(lora["ref"], lora["out"], first_step=3, exact=True)
+  # Only the adapters (and their optimizer state) are checkpointed.
+  saved = checkpointing.latest(str(lora["ckpt"]))
+  assert saved.num_hosts == 1
+  assert saved.fingerprint["trainable_params"] and all(
+      "lora" in name for name in saved.fingerprint["trainable_params"])
+  # Only the adapters (and their optimizer state) are checkpointed.
+  saved = checkpointing.latest(str(lora["ckpt"]))
+  assert all("lora" in name for name in saved.fingerprint["trainable_params"])
+
+
+# --- another host count ---------------------------------------------------------
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_two_host_checkpoint_resumes_on_three_hosts(full, tmp_path):
+  ckpt, out = tmp_path / "ckpt", tmp_path / "three"
+  proc = _resume_copy(full["ref_ckpt"], ckpt, out, "--num_hosts=3")
+  assert "written by 2 host(s)" in _resumed_from(proc)
+  _assert_resumed_equal(full["ref"], out, first_step=3, exact=False)
+  assert checkpointing.latest(str(ckpt)).num_hosts == 3
+
+
+# --- refused resumes and directories ----------------------------------------------
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_checkpoint_of_another_configuration_is_refused_before_hosts_start(
+    full):
+  before = checkpointing.complete_steps(str(full["ref_ckpt"]))
+  proc = _run(
+      _command(full["ref"].parent / "other", full["ref_ckpt"], "--num_hosts=2",
+               "--lora_rank=8", "--learner=drgrpo", "--batch_size=12"),
+      expect_rc=2)
+  err = proc.stderr.strip()
+  assert "Traceback" not in err and "[launch]" not in proc.stdout, err
+  assert len(err.splitlines()) == 1, err
+  for name in ("lora_rank: checkpoint null, now 8",
+               'learner: checkpoint "grpo", now "drgrpo"',
+               "batch_size: checkpoint 6, now 12"):
+    assert name in err, err
+  assert checkpointing.complete_steps(str(full["ref_ckpt"])) == before
+
+
+def test_unwritable_directory_is_refused(tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("")
+  with pytest.raises(checkpointing.CheckpointError, match="not writable"):
+    checkpointing.check_writable(str(blocker / "ckpt"))
+  checkpointing.check_writable(str(tmp_path / "new" / "ckpt"))
+  assert not list((tmp_path / "new" / "ckpt" / "actor").iterdir())
+
+
+def test_mismatch_names_parameters_and_values():
+  saved = {"trainable_params": {"['a']['w']": [[64, 4], "float32"],
+                                "['b']": [[2], "float32"]},
+           "learner": "grpo", "only_saved": 1}
+  now = {"trainable_params": {"['a']['w']": [[64, 8], "float32"],
+                              "['b']": [[2], "float32"]},
+         "learner": "grpo", "only_now": 2}
+  assert checkpointing.mismatches(saved, now) == [
+      "trainable_params: ['a']['w']: checkpoint [[64, 4], 'float32'], now"
+      " [[64, 8], 'float32']"]
+  assert checkpointing.mismatches(saved, saved) == []
+
+
+def test_checkpoint_without_resume_state_is_refused(tmp_path):
+  # A checkpoint Tunix wrote on its own (no data position): refused rather
+  # than resumed inexactly.
+  actor = checkpointing.actor_directory(str(tmp_path)) / "3"
+  actor.mkdir(parents=True)
+  (actor / "_CHECKPOINT_METADATA").write_text(
+      json.dumps({"custom_metadata": {"global_step": 3}}))
+  (actor / "commit_success.txt").write_text("")
+  with pytest.raises(checkpointing.CheckpointError, match="no mcjax resume"):
+    checkpointing.check_resume(str(tmp_path), {})
+
+
+def test_config_rejects_bad_checkpoint_settings():
+  from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(ValueError, match="checkpoint_every must be >= 1"):
+    job_config.GrpoJobConfig(checkpoint_dir="/tmp/x", checkpoint_every=0)
+  with pytest.raises(ValueError, match="needs backend='mcjax'"):
+    job_config.GrpoJobConfig(checkpoint_dir="/tmp/x", backend="tunix")
+  with pytest.raises(ValueError, match="max_to_keep"):
+    job_config.GrpoJobConfig(max_to_keep=0)
+
+
+# --- admission on resume (no hosts) ---------------------------------------------
+
+
+def _batches(n: int, size: int) -> list[dict[str, list[str]]]:
+  return [{"prompts": [f"p{b}_{i}" for i in range(size)]} for b in range(n)]
+
+
+@pytest.mark.parametrize("num_hosts", [1, 2, 3])
+def test_resumed_admission_skips_to_the_data_position(num_hosts):
+  """Fast-forwarded batches take no row ids; identities continue at the
+  saved position on any host count."""
+  rows = []
+  for host in range(num_hosts):
+    ledger = admission.StepLedger()
+    ds = admission.Admission(
+        admission.AdmissionConfig(num_hosts=num_hosts, host_index=host,
+                                  num_generations=2),
+        ledger=ledger,
+    ).shard(_batches(5, 6), resume=admission.ResumeAt(
+        data_position=12, fast_forward_micro_batches=2))
+    yielded = list(ds)
+    # 2 fast-forward copies the learner discards, then batches 2, 3, 4.
+    assert len(yielded) == 5
+    assert yielded[2]["prompts"][0].startswith("p2_")
+    entries = ledger.entries
+    assert [e.stream_end for e in entries] == [18, 24, 30]
+    rows.append(entries[0].row_ids[:, 0])
+  # The union over hosts: prompts 12..17, each twice (G = 2).
+  assert sorted(np.concatenate(rows).tolist()) == sorted(
+      list(range(12, 18)) * 2)
+
+
+def test_resume_off_a_batch_boundary_is_an_error():
+  ds = admission.Admission(
+      admission.AdmissionConfig(num_hosts=1, host_index=0, num_generations=2),
+  ).shard(_batches(3, 6), resume=admission.ResumeAt(data_position=7))
+  with pytest.raises(ValueError, match="not at a batch boundary"):
+    list(ds)
+
+
+def test_failed_save_names_the_directory_and_the_intact_checkpoint(tmp_path):
+  """A save that cannot write (a file-size limit standing in for a full
+  disk) is a CheckpointError, and the previous checkpoint stays loadable."""
+  import resource  # pylint: disable=g-import-not-at-top
+
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from tunix.sft import checkpoint_manager  # pylint: disable=g-import-not-at-top
+
+  class Model(nnx.Module):
+
+    def __init__(self, value: float):
+      # Random values: ocdbt compresses, a constant would fit any limit.
+      self.w = nnx.Param(value + jnp.asarray(
+          np.random.default_rng(0).random((256, 256)), jnp.float32))
+
+  root = str(tmp_path)
+  manager = checkpointing.SaveErrors(
+      checkpoint_manager.CheckpointManager(
+          str(checkpointing.actor_directory(root)),
+          ocp.CheckpointManagerOptions(
+              enable_async_checkpointing=False)),
+      root)
+  assert manager.save(1, Model(1.0), force=True, custom_metadata={})
+  limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+  handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  # The 256 KiB parameter cannot be written; small metadata files can.
+  resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, limits[1]))
+  try:
+    with pytest.raises(checkpointing.CheckpointError,
+                       match="step 1, is intact") as info:
+      manager.save(2, Model(2.0), force=True, custom_metadata={})
+  finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    signal.signal(signal.SIGXFSZ, handler)
+  assert "while saving step 2" in str(info.value)
+  assert checkpointing.complete_steps(root) == [1]
+  restored = Model(0.0)
+  assert manager.maybe_restore(restored)[0] == 1
+  np.testing.assert_array_equal(np.asarray(restored.w[...]),
+                                np.asarray(Model(1.0).w[...]))
+  manager.close()

@@ -1,0 +1,145 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Faults and user errors at the example's entry point.
+
+* A host SIGKILLed in the middle of a real training run: the job exits
+  non-zero within 30 s, naming the host, and leaves no process behind.
+* A wrong flag or bad data: one line naming the fix, exit 2, no traceback,
+  before any host starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import example_runs
+import launch_utils
+import pytest
+
+EXAMPLE = example_runs.EXAMPLE
+_TINY = ("--backend=mcjax", "--num_hosts=2", "--devices_per_host=1",
+         "--batch_size=2", "--num_generations=2")
+
+
+def _children(pid: int) -> list[int]:
+  """Direct children of `pid` (the launcher's hosts)."""
+  out = []
+  for entry in pathlib.Path("/proc").iterdir():
+    if not entry.name.isdigit():
+      continue
+    try:
+      stat = (entry / "stat").read_text()
+    except OSError:
+      continue
+    # The command name may hold spaces; the fields after it do not.
+    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    if ppid == pid:
+      out.append(int(entry.name))
+  return out
+
+
+def _host_id(pid: int) -> str | None:
+  try:
+    environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+  except OSError:
+    return None
+  for item in environ:
+    if item.startswith(b"TUNIX_MCJAX_HOST_ID="):
+      return item.split(b"=", 1)[1].decode()
+  return None
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_a_host_killed_mid_run_stops_the_job_naming_it(tmp_path):
+  launch_utils.require_markers("multihost", "e2e")
+  metrics = tmp_path / "metrics.jsonl"
+  with open(tmp_path / "out.txt", "w") as out, \
+      open(tmp_path / "err.txt", "w") as err:
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *_TINY, "--steps=500",
+         f"--metrics_out={metrics}", "--timeout=500"],
+        env=launch_utils.launcher_env(), stdout=out, stderr=err)
+  try:
+    deadline = time.monotonic() + 400
+    # Training is under way once the first step's record is written; the
+    # next step is then running on both hosts.
+    while not (metrics.exists() and metrics.read_text().strip()):
+      assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
+      assert time.monotonic() < deadline, "no step finished in 400 s"
+      time.sleep(0.2)
+    hosts = {_host_id(p): p for p in _children(proc.pid)}
+    assert set(hosts) == {"0", "1"}, hosts
+    os.kill(hosts["1"], signal.SIGKILL)
+    killed = time.monotonic()
+    status = proc.wait(timeout=60)
+    elapsed = time.monotonic() - killed
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  stderr = (tmp_path / "err.txt").read_text()
+  assert status == 128 + signal.SIGKILL, stderr[-3000:]
+  assert "error: job failed: host 1 was killed by SIGKILL" in stderr, (
+      stderr[-3000:])
+  assert elapsed < 30, f"the job took {elapsed:.1f} s to stop"
+  records = [json.loads(l) for l in metrics.read_text().splitlines()]
+  assert 1 <= len(records) < 500
+  launch_utils.assert_no_survivors(list(hosts.values()))
+
+
+def _run_example(*args: str) -> subprocess.CompletedProcess[str]:
+  return subprocess.run(
+      [sys.executable, str(EXAMPLE), *args], env=launch_utils.launcher_env(),
+      capture_output=True, text=True, timeout=300, check=False)
+
+
+def _assert_one_line_exit_2(result: subprocess.CompletedProcess[str],
+                            message: str) -> None:
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  errors = [l for l in result.stderr.splitlines() if "error: " in l]
+  assert len(errors) == 1, result.stderr[-3000:]
+  assert message in errors[0], errors[0]
+
+
+def test_a_wrong_flag_is_one_line_and_exit_2_before_any_host_starts(
+    tmp_path):
+  result = _run_example(*_TINY[:-2], "--batch_size=3", "--num_generations=2",
+                        "--engine=nope", f"--dataset=gsm8k:{tmp_path}/x.jsonl")
+  _assert_one_line_exit_2(result, "--engine='nope' is not a registered engine")
+  # Every problem in that one line, each with its fix.
+  assert "--batch_size=3 is global and must divide over 2 hosts" in (
+      result.stderr)
+  assert "is not a file" in result.stderr
+  assert "local simulation" not in result.stdout  # No host started.
+
+
+def test_bad_data_is_one_line_and_exit_2_before_any_host_starts(tmp_path):
+  data = tmp_path / "train.jsonl"
+  data.write_text(json.dumps({"question": "q " * 40, "answer": "#### 1"})
+                  + "\n")
+  # --model=tiny reads GSM8K text with the toy alphabet: 180+ tokens.
+  result = _run_example(*_TINY, f"--dataset=gsm8k:{data}", "--steps=1",
+                        "--max_prompt_length=16")
+  _assert_one_line_exit_2(result, "row 1 (of 1; 1 too long)")
+  assert "--skip_long_prompts" in result.stderr
+  assert "local simulation" not in result.stdout  # No host started.
