@@ -17,11 +17,10 @@
 Shared runs (module-scoped): one uninterrupted 6-step 2-host run,
 checkpointing every 2 steps, is the reference for the SIGKILL resume, the
 resume on 3 hosts and the refused resumes. LoRA (rank 4) has its own
-reference, whose step-2 checkpoint resumes on 1 host (the SIGKILL itself is
-tested once, with full weights: what a kill leaves does not depend on what
-the checkpoint holds; this saves a run). A resumed run must reproduce the
-reference's prompts, completions, rewards and losses of every step after the
-checkpoint and its final parameters.
+reference and its own SIGKILL after step 3 and rerun of the same command
+(the host-count change is tested once, with full weights). A resumed run
+must reproduce the reference's prompts, completions, rewards and losses of
+every step after the checkpoint and its final parameters.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -177,14 +177,18 @@ def full(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lora(tmp_path_factory):
-  """A LoRA run on 2 hosts; its step-2 checkpoint resumed on 1 host."""
+  """An uninterrupted LoRA run, and the same command killed after step 3
+  then run again."""
   tmp = tmp_path_factory.mktemp("ckpt_lora")
   ref_out, ref_ckpt = tmp / "ref", tmp / "ref_ckpt"
   _run(_command(ref_out, ref_ckpt, "--num_hosts=2", *LORA))
-  out, ckpt = tmp / "one_host", tmp / "ckpt"
-  proc = _resume_copy(ref_ckpt, ckpt, out, "--num_hosts=1",
-                      "--devices_per_host=4", *LORA)
-  return dict(ref=ref_out, out=out, ckpt=ckpt, proc=proc)
+  out, ckpt = tmp / "resumed", tmp / "ckpt"
+  cmd = _command(out, ckpt, "--num_hosts=2", *LORA)
+  _run_killed_after(cmd, out, step=3)
+  steps_after_kill = checkpointing.complete_steps(str(ckpt))
+  proc = _run(cmd)  # The same command again.
+  return dict(ref=ref_out, out=out, ckpt=ckpt, proc=proc,
+              steps_after_kill=steps_after_kill)
 
 
 # --- exact resume after SIGKILL of the whole job ------------------------------
@@ -206,19 +210,16 @@ def test_sigkilled_job_resumes_exactly(full):
 
 @pytest.mark.multihost
 @pytest.mark.e2e
-def test_lora_checkpoint_of_two_hosts_resumes_on_one(lora):
+def test_sigkilled_lora_job_resumes_exactly(lora):
+  assert lora["steps_after_kill"] == [2]
   assert "actor/2 (global step 2, data position 12, written by 2 host(s))" in (
       _resumed_from(lora["proc"]))
-  # The same 4-device fsdp mesh as 2 hosts x 2 devices: bit-identical.
   _assert_resumed_equal(lora["ref"], lora["out"], first_step=3, exact=True)
+  assert checkpointing.complete_steps(str(lora["ckpt"])) == [2, 4, 6]
   # Only the adapters (and their optimizer state) are checkpointed.
   saved = checkpointing.latest(str(lora["ckpt"]))
-  assert saved.num_hosts == 1
   assert saved.fingerprint["trainable_params"] and all(
       "lora" in name for name in saved.fingerprint["trainable_params"])
-  # Only the adapters (and their optimizer state) are checkpointed.
-  saved = checkpointing.latest(str(lora["ckpt"]))
-  assert all("lora" in name for name in saved.fingerprint["trainable_params"])
 
 
 # --- another host count ---------------------------------------------------------
@@ -331,6 +332,65 @@ def test_resumed_admission_skips_to_the_data_position(num_hosts):
   # The union over hosts: prompts 12..17, each twice (G = 2).
   assert sorted(np.concatenate(rows).tolist()) == sorted(
       list(range(12, 18)) * 2)
+
+
+# --- the cluster's side (checkpointing.ClusterCheckpoints, no hosts) --------
+
+
+def test_cluster_checkpoints_without_a_directory_do_nothing():
+  ckpts = checkpointing.ClusterCheckpoints(
+      root=None, ledger=admission.StepLedger(), num_hosts=2, host_index=0)
+  # No manager methods: any save or wrap would fail on object().
+  trainer = types.SimpleNamespace(train_steps=3, checkpoint_manager=object())
+  assert ckpts.check(actor=None, training_config=None) is None
+  ckpts.attach(trainer, lambda: 0)
+  ckpts.save_final(trainer, global_step=3)
+  assert not hasattr(trainer, "custom_checkpoint_metadata_fn")
+  assert ckpts.metadata(3)["mcjax"]["fingerprint"] == {}
+
+
+def test_cluster_checkpoints_save_the_data_position_of_the_step(tmp_path):
+  ledger = admission.StepLedger()
+  ds = iter(admission.Admission(
+      admission.AdmissionConfig(num_hosts=1, host_index=0, num_generations=2),
+      ledger=ledger,
+  ).shard(_batches(3, 6)))
+  ckpts = checkpointing.ClusterCheckpoints(
+      root=str(tmp_path), ledger=ledger, num_hosts=1, host_index=0)
+  manager = object()
+  trainer = types.SimpleNamespace(train_steps=0, checkpoint_manager=manager)
+  global_steps = 0
+  ckpts.attach(trainer, lambda: global_steps)
+  assert isinstance(trainer.checkpoint_manager, checkpointing.SaveErrors)
+  next(ds)
+  next(ds)  # A prefetched batch: the step's is the oldest open one.
+  # Tunix saves inside the step, before the cluster counts it.
+  saved = trainer.custom_checkpoint_metadata_fn()
+  assert saved["global_step"] == 1
+  assert saved["mcjax"]["data_position"] == 6
+  ledger.take(12)
+  ckpts.step_closed(ledger.close_step().batch)
+  global_steps = 1
+  assert ckpts.data_position == 6
+  assert trainer.custom_checkpoint_metadata_fn()["mcjax"]["data_position"] == 12
+  ckpts.step_closed(None)  # A step without a batch moves nothing.
+  assert ckpts.data_position == 6
+  tc = types.SimpleNamespace(train_micro_batch_size=None, mini_batch_size=3)
+  assert ckpts.dataset_resume(trainer, tc) is None  # A fresh start.
+  trainer.train_steps, trainer.iter_steps = 2, 4
+  assert ckpts.dataset_resume(trainer, tc) == admission.ResumeAt(
+      data_position=6, fast_forward_micro_batches=4, micro_batch_size=3)
+
+
+def test_cluster_checkpoints_refuse_a_restore_they_did_not_check(tmp_path):
+  ckpts = checkpointing.ClusterCheckpoints(
+      root=str(tmp_path), ledger=admission.StepLedger(), num_hosts=1,
+      host_index=0)
+  published = []
+  with pytest.raises(RuntimeError, match="another process wrote to"):
+    ckpts.resume(types.SimpleNamespace(train_steps=2),
+                 lambda: published.append(1))
+  assert not published
 
 
 def test_resume_off_a_batch_boundary_is_an_error():

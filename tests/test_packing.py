@@ -20,6 +20,8 @@ unpacked one (token-mean, on the tiny Qwen3 with Tunix's own loss function).
 The multi-host runs are in tests/test_packing_equivalence.py.
 """
 
+import types
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -137,6 +139,23 @@ def test_agreement_on_one_process_rounds_to_the_devices():
   agreement = packing.Agreement(telemetry.HostGather(None), multiple=2)
   assert agreement(3) == 4
   assert agreement.calls == 1
+
+
+def _trainer_of(algo_config):
+  """A trainer whose model-input function carries `algo_config`, as Tunix's
+  GRPO-family learners set it."""
+  return types.SimpleNamespace(
+      gen_model_input_fn=lambda x: {"train_example": x,
+                                    "algo_config": algo_config})
+
+
+def test_check_learner_refuses_what_packing_would_change():
+  packing.check_learner(
+      _trainer_of(dapo_learner.DAPOConfig(num_generations=2)), 64)
+  with pytest.raises(NotImplementedError, match="loss_agg_mode=.token-mean."):
+    packing.check_learner(_trainer_of(grpo_learner.GRPOConfig()), 64)
+  with pytest.raises(NotImplementedError, match="GRPO-family learner"):
+    packing.check_learner(types.SimpleNamespace(), 64)
 
 
 class _NeverReady:

@@ -32,7 +32,9 @@ checkpoint's custom metadata under `MCJAX_KEY`:
   learner settings). A resume with another fingerprint is refused before
   anything is restored, naming each value that differs.
 
-No JAX here: the example checks a directory before any host starts.
+No JAX at import (JAX, Flax and Tunix are imported where a cluster uses
+them, in `ClusterCheckpoints`): the example checks a directory before any
+host starts.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ import dataclasses
 import json
 import os
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from tunix_mcjax import admission
 
 # Tunix's RLCluster saves the actor trainer under <root>/actor.
 ACTOR_SUBDIR = "actor"
@@ -334,3 +338,167 @@ class SaveErrors:
       self._manager.close()
     except Exception as e:  # pylint: disable=broad-except
       raise self._failed("Finishing the last checkpoint saves", e) from e
+
+
+class ClusterCheckpoints:
+  """An mcjax cluster's checkpoint and resume state, between Tunix and it.
+
+  Tunix's trainer saves and restores the weights; this object adds the
+  resume state (data position, fingerprint) and the checks. The cluster
+  uses it in this order:
+
+  1. `check(actor, training_config)` before Tunix restores the latest
+     checkpoint (inside `RLCluster.__init__`): a checkpoint of another
+     configuration is refused before anything is restored.
+  2. `attach(trainer, global_steps)` once the trainer exists: its saves
+     carry the resume state, and a failed save names the directory.
+  3. `resume(trainer, republish)` if Tunix restored a checkpoint: returns
+     the global step to continue from; the restored weights reach every
+     engine (through `republish`) before the first rollout.
+  4. `dataset_resume(trainer, training_config)`: where admission restarts.
+  5. `step_closed(batch)` at each step end: the data position advances.
+  6. `save_final(trainer, global_step)` at close.
+
+  Every method is a no-op (or None) without a checkpoint root, except
+  `step_closed`, which always counts.
+  """
+
+  def __init__(self, *, root: str | None, ledger: admission.StepLedger,
+               num_hosts: int,
+               host_index: int,
+               job_fingerprint: Mapping[str, Any] | None = None):
+    """Initializes the state.
+
+    Args:
+      root: Tunix's `checkpoint_root_directory` (None: no checkpoints).
+      ledger: the cluster's training `admission.StepLedger` (a save inside
+        a step takes the data position of its oldest open batch).
+      num_hosts: this job's host count (saved, informational).
+      host_index: this host (host 0 prints the resume line).
+      job_fingerprint: the job's values a resume must not change
+        (`McJaxOptions.checkpoint_fingerprint`), beside the cluster's own.
+    """
+    self.root = root
+    self._ledger = ledger
+    self._num_hosts = num_hosts
+    self._host_index = host_index
+    self._job_fingerprint = dict(job_fingerprint or {})
+    self._fingerprint: dict[str, Any] = {}
+    self._resume_from: SavedCheckpoint | None = None
+    # Global prompts trained on (checkpoints' data position).
+    self.data_position = 0
+
+  def check(self, actor: Any, training_config: Any
+            ) -> SavedCheckpoint | None:
+    """The checkpoint Tunix will restore, checked; None: a fresh start."""
+    if self.root is None:
+      self._fingerprint = {}
+      return None
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    from tunix.sft import utils as sft_utils  # pylint: disable=g-import-not-at-top
+
+    tc = training_config
+    lora = sft_utils.is_lora_enabled(actor)
+    self._fingerprint = {
+        # Model shape; a LoRA actor's adapters carry its rank.
+        "trainable_params": param_shapes(
+            nnx.state(actor, nnx.LoRAParam if lora else nnx.Param)),
+        "lora": lora,
+        "mini_batch_size": tc.mini_batch_size,
+        "train_micro_batch_size": tc.train_micro_batch_size,
+        **self._job_fingerprint,
+    }
+    check_writable(self.root)
+    self._resume_from = check_resume(self.root, self._fingerprint)
+    return self._resume_from
+
+  def attach(self, trainer: Any, global_steps: Callable[[], int]) -> None:
+    """Makes the trainer's saves carry the resume state.
+
+    Args:
+      trainer: Tunix's actor trainer.
+      global_steps: the cluster's completed global steps, read at each save.
+    """
+    if self.root is None:
+      return
+    # Tunix saves inside update_actor, before sync_weights counts the step.
+    trainer.custom_checkpoint_metadata_fn = (
+        lambda: self.metadata(global_steps() + 1))
+    # A failed save names the directory and the checkpoint left intact.
+    trainer.checkpoint_manager = SaveErrors(
+        trainer.checkpoint_manager, self.root)
+
+  def metadata(self, global_step: int, data_position: int | None = None
+               ) -> dict[str, Any]:
+    """A save's custom metadata (`metadata`)."""
+    if data_position is None:
+      # Saved inside a step: its batch is the oldest open ledger entry.
+      entries = self._ledger.entries
+      data_position = (
+          entries[0].stream_end if entries else self.data_position)
+    return metadata(
+        global_step=global_step, data_position=data_position,
+        num_hosts=self._num_hosts, fingerprint=self._fingerprint,
+    )
+
+  def resume(self, trainer: Any, republish: Callable[[], None]) -> int:
+    """After Tunix restored the actor: the data position, and the restored
+    weights into every engine before the first rollout.
+
+    Args:
+      trainer: Tunix's actor trainer, restored.
+      republish: publishes the trainer's weights into every engine.
+
+    Returns:
+      The global steps completed at the checkpoint.
+    """
+    saved = self._resume_from
+    restored = trainer.train_steps
+    if saved is None or saved.step != restored:
+      raise RuntimeError(
+          f"Tunix restored checkpoint step {restored} but mcjax checked"
+          f" {saved and saved.path}: another process wrote to"
+          f" {self.root!r} meanwhile; give each run its own"
+          " checkpoint directory."
+      )
+    self.data_position = saved.data_position
+    # The engines hold the initial weights (published before Tunix
+    # restored); the first resumed rollout must sample the restored policy.
+    republish()
+    if self._host_index == 0:
+      print(describe_resume(saved), flush=True)
+    return saved.global_step
+
+  def dataset_resume(self, trainer: Any, training_config: Any
+                     ) -> admission.ResumeAt | None:
+    """Where admission restarts; None: at the start."""
+    if not trainer.train_steps:
+      return None
+    tc = training_config
+    return admission.ResumeAt(
+        data_position=self.data_position,
+        fast_forward_micro_batches=trainer.iter_steps,
+        micro_batch_size=tc.train_micro_batch_size or tc.mini_batch_size,
+    )
+
+  def step_closed(self, batch: Any) -> None:
+    """Advances the data position past a closed step's batch (if any)."""
+    if batch is not None and batch.stream_end >= 0:
+      self.data_position = batch.stream_end
+
+  def save_final(self, trainer: Any, global_step: int) -> None:
+    """Saves the last step if the interval did not (Tunix's own final save
+    carries no resume state)."""
+    if self.root is None:
+      return
+    from tunix.sft import utils as sft_utils  # pylint: disable=g-import-not-at-top
+
+    manager = trainer.checkpoint_manager
+    last = manager.latest_step()
+    if trainer.train_steps and (last is None or last < trainer.train_steps):
+      manager.save(
+          trainer.train_steps, trainer.model, trainer.optimizer,
+          save_only_lora_params=sft_utils.is_lora_enabled(trainer.model),
+          force=True,
+          custom_metadata=self.metadata(global_step, self.data_position),
+      )

@@ -61,7 +61,6 @@ from tunix.sft import utils as sft_utils
 from tunix_mcjax import admission as admission_lib
 from tunix_mcjax import checkpointing
 from tunix_mcjax import compat
-from tunix_mcjax.compat import packing as compat_packing
 from tunix_mcjax.engines import base as engine_base
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import packing
@@ -287,9 +286,13 @@ class McJaxRLCluster(compat.RLCluster):
     )
     # Tunix restores the latest checkpoint inside its constructor: one from
     # another configuration is refused before anything is restored.
-    self._checkpoint_root = (
-        cluster_config.training_config.checkpoint_root_directory)
-    self._resume_from = self._check_checkpoint(actor, cluster_config)
+    self.checkpoints = checkpointing.ClusterCheckpoints(
+        root=cluster_config.training_config.checkpoint_root_directory,
+        ledger=self.ledger, num_hosts=self.num_hosts,
+        host_index=self.host_index,
+        job_fingerprint=self.options.checkpoint_fingerprint,
+    )
+    self.checkpoints.check(actor, cluster_config.training_config)
     with compat.key_safe_memory_moves():
       super().__init__(
           actor=actor,
@@ -318,17 +321,10 @@ class McJaxRLCluster(compat.RLCluster):
           "The engine's publication target does not flatten to one path per"
           " parameter."
       )
-    # Global prompts trained on (checkpoints' data position).
-    self._data_position = 0
-    if self._checkpoint_root is not None:
-      # Tunix saves inside update_actor, before sync_weights counts the step.
-      self.actor_trainer.custom_checkpoint_metadata_fn = (
-          lambda: self._checkpoint_metadata(self.global_steps + 1))
-      # A failed save names the directory and the checkpoint left intact.
-      self.actor_trainer.checkpoint_manager = checkpointing.SaveErrors(
-          self.actor_trainer.checkpoint_manager, self._checkpoint_root)
+    self.checkpoints.attach(self.actor_trainer, lambda: self.global_steps)
     if self.actor_trainer.train_steps:
-      self._resume()
+      self.global_steps = self.checkpoints.resume(
+          self.actor_trainer, self._publish_restored)
     opts = self.options.optimizations
     self.exporter = host_optimizations.MetricsExporter(
         asynchronous=opts.async_metrics
@@ -354,96 +350,31 @@ class McJaxRLCluster(compat.RLCluster):
     self._closed = False
     # Sequence packing: mcjax's packer and the exact packed mask stand in
     # for Tunix's while this cluster lives (undone in close()).
-    self._packing = (
-        None if cluster_config.training_config.max_seq_token_per_tpu is None
-        else self._install_packing()
-    )
+    self._packing = None
+    if cluster_config.training_config.max_seq_token_per_tpu is not None:
+      tc = self.cluster_config.training_config  # This host's share.
+      data_devices = _mesh_axis_size(
+          self.global_mesh, support.batch_axes(tc.data_sharding_axis))
+      self._packing = packing.install(
+          gather=telemetry.HostGather(self.local_mesh),
+          multiple=max(1, data_devices // self.num_hosts),
+          timeout_s=self.options.packing_timeout_s,
+          pad_id=self.rollout.pad_id(), trainer=self.actor_trainer,
+          max_seq_token_per_tpu=tc.max_seq_token_per_tpu,
+          host_index=self.host_index,
+          # The clock of the step being packed (a new one every step).
+          on_stats=lambda stats: self.step_clock.add_packing(stats),
+      )
     self.telemetry.start_step(self.global_steps + 1)
 
   # --- checkpoint and resume (see `checkpointing`) ---------------------------
 
-  def _check_checkpoint(self, actor, cluster_config
-                        ) -> checkpointing.SavedCheckpoint | None:
-    """The checkpoint Tunix will restore, checked; None: a fresh start."""
-    if self._checkpoint_root is None:
-      self._fingerprint = {}
-      return None
-    tc = cluster_config.training_config
-    lora = sft_utils.is_lora_enabled(actor)
-    self._fingerprint = {
-        # Model shape; a LoRA actor's adapters carry its rank.
-        "trainable_params": checkpointing.param_shapes(
-            nnx.state(actor, nnx.LoRAParam if lora else nnx.Param)),
-        "lora": lora,
-        "mini_batch_size": tc.mini_batch_size,
-        "train_micro_batch_size": tc.train_micro_batch_size,
-        **dict(self.options.checkpoint_fingerprint or {}),
-    }
-    checkpointing.check_writable(self._checkpoint_root)
-    return checkpointing.check_resume(self._checkpoint_root, self._fingerprint)
-
-  def _checkpoint_metadata(self, global_step: int,
-                           data_position: int | None = None
-                           ) -> dict[str, Any]:
-    if data_position is None:
-      # Saved inside a step: its batch is the oldest open ledger entry.
-      entries = self.ledger.entries
-      data_position = (
-          entries[0].stream_end if entries else self._data_position)
-    return checkpointing.metadata(
-        global_step=global_step, data_position=data_position,
-        num_hosts=self.num_hosts, fingerprint=self._fingerprint,
-    )
-
-  def _resume(self) -> None:
-    """After Tunix restored the actor: step count, data position, and the
-    restored weights into every engine before the first rollout."""
-    saved = self._resume_from
-    restored = self.actor_trainer.train_steps
-    if saved is None or saved.step != restored:
-      raise RuntimeError(
-          f"Tunix restored checkpoint step {restored} but mcjax checked"
-          f" {saved and saved.path}: another process wrote to"
-          f" {self._checkpoint_root!r} meanwhile; give each run its own"
-          " checkpoint directory."
-      )
-    self.global_steps = saved.global_step
-    self._data_position = saved.data_position
-    # The engines hold the initial weights (published above, before Tunix
-    # restored); the first resumed rollout must sample the restored policy.
+  def _publish_restored(self) -> None:
+    """The restored weights into every engine (`ClusterCheckpoints.resume`)."""
     self.rollout.update_params(
         self.publisher(nnx.state(self.actor_trainer.model, self._param_filter)),
         filter_types=self._update_filter,
     )
-    if self.host_index == 0:
-      print(checkpointing.describe_resume(saved), flush=True)
-
-  def _dataset_resume(self) -> admission_lib.ResumeAt | None:
-    if not self.actor_trainer.train_steps:
-      return None
-    tc = self.cluster_config.training_config
-    return admission_lib.ResumeAt(
-        data_position=self._data_position,
-        fast_forward_micro_batches=self.actor_trainer.iter_steps,
-        micro_batch_size=tc.train_micro_batch_size or tc.mini_batch_size,
-    )
-
-  def _save_final_checkpoint(self) -> None:
-    """Saves the last step if the interval did not (Tunix's own final save
-    carries no resume state)."""
-    if self._checkpoint_root is None:
-      return
-    trainer = self.actor_trainer
-    manager = trainer.checkpoint_manager
-    last = manager.latest_step()
-    if trainer.train_steps and (last is None or last < trainer.train_steps):
-      manager.save(
-          trainer.train_steps, trainer.model, trainer.optimizer,
-          save_only_lora_params=sft_utils.is_lora_enabled(trainer.model),
-          force=True,
-          custom_metadata=self._checkpoint_metadata(
-              self.global_steps, self._data_position),
-      )
 
   @property
   def row_ids(self) -> admission_lib.TrainEvalRowIds:
@@ -527,7 +458,8 @@ class McJaxRLCluster(compat.RLCluster):
         # Token counts, so admission time includes tokenizing the prompts.
         length_fn=self._prompt_lengths,
     )
-    return adm.shard(global_batches, resume=self._dataset_resume())
+    return adm.shard(global_batches, resume=self.checkpoints.dataset_resume(
+        self.actor_trainer, self.cluster_config.training_config))
 
   def shard_eval_dataset(
       self,
@@ -745,54 +677,13 @@ class McJaxRLCluster(compat.RLCluster):
         filter_types=(self._param_filter,),
     )
 
-  # --- sequence packing (see `packing`) -------------------------------------
-
-  def _install_packing(self) -> compat_packing.PackingHandle:
-    axes = support.batch_axes(
-        self.cluster_config.training_config.data_sharding_axis)
-    per_host = max(1, _mesh_axis_size(self.global_mesh, axes) // self.num_hosts)
-    agreement = packing.Agreement(
-        telemetry.HostGather(self.local_mesh), multiple=per_host,
-        timeout_s=self.options.packing_timeout_s,
-    )
-
-    def on_packed(stats: packing.PackStats) -> None:
-      self.step_clock.add_packing(stats)
-      logging.info(
-          "Packing: host %d packed %d rows, agreed K=%d (%d real tokens in"
-          " %d slots).", self.host_index, stats.local_rows, stats.rows,
-          stats.real_tokens, stats.slots,
-      )
-
-    return compat_packing.install_packing(packing.Packer(
-        agree=agreement, check=self._check_packing_learner,
-        on_packed=on_packed, pad_id=self.rollout.pad_id(),
-    ))
-
-  def _check_packing_learner(self) -> None:
-    """Refuses a learner whose loss packing would change (before the first
-    packed micro-batch; every host reads the same config)."""
-    algo = compat_packing.learner_algo_config(self.actor_trainer)
-    if algo is None or not hasattr(algo, "loss_agg_mode"):
-      raise NotImplementedError(
-          "max_seq_token_per_tpu (sequence packing) under mcjax needs a"
-          " Tunix GRPO-family learner (GRPOLearner, DAPOLearner,"
-          " DrGRPOLearner), whose loss_agg_mode it checks; unset it."
-      )
-    _raise_first(support.sequence_packing(
-        self.cluster_config.training_config.max_seq_token_per_tpu,
-        loss_agg_mode=algo.loss_agg_mode,
-        num_iterations=getattr(algo, "num_iterations", 1),
-    ))
-
   # --- metrics -------------------------------------------------------------
 
   def _end_step(self) -> None:
     """Closes the step's ledger entry and hands the step to the telemetry
     (one tiny all-gather; host 0 reports)."""
     closed = self.ledger.close_step()
-    if closed.batch is not None and closed.batch.stream_end >= 0:
-      self._data_position = closed.batch.stream_end
+    self.checkpoints.step_closed(closed.batch)
     batch = closed.batch.stats if closed.batch is not None else None
     train = compat.last_train_metrics(self.actor_trainer)
     self.telemetry.end_step(
@@ -830,7 +721,7 @@ class McJaxRLCluster(compat.RLCluster):
       return
     self._closed = True
     try:
-      self._save_final_checkpoint()
+      self.checkpoints.save_final(self.actor_trainer, self.global_steps)
       super().close()
     finally:
       try:

@@ -41,11 +41,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 import dataclasses
+import functools
 import time
 from typing import Any
 
+from absl import logging
 import jax.numpy as jnp
 import numpy as np
+
+from tunix_mcjax import support
+from tunix_mcjax.compat import packing as compat_packing
 
 # Per-token fields Tunix carries through packing (tunix.rl.utils
 # `_OPTIONAL_PER_TOKEN_KEYS`, those a TrainExample has).
@@ -348,3 +353,70 @@ class Packer:
       if self._on_packed is not None:
         self._on_packed(stats)
       yield [example]
+
+
+def check_learner(trainer: Any, max_seq_token_per_tpu: int) -> None:
+  """Refuses a learner whose loss packing would change (before the first
+  packed micro-batch; every host reads the same config).
+
+  Args:
+    trainer: Tunix's actor trainer (its learner's algorithm config is read).
+    max_seq_token_per_tpu: the training config's packing budget.
+  """
+  algo = compat_packing.learner_algo_config(trainer)
+  if algo is None or not hasattr(algo, "loss_agg_mode"):
+    raise NotImplementedError(
+        "max_seq_token_per_tpu (sequence packing) under mcjax needs a"
+        " Tunix GRPO-family learner (GRPOLearner, DAPOLearner,"
+        " DrGRPOLearner), whose loss_agg_mode it checks; unset it."
+    )
+  problem = support.sequence_packing(
+      max_seq_token_per_tpu,
+      loss_agg_mode=algo.loss_agg_mode,
+      num_iterations=getattr(algo, "num_iterations", 1),
+  )
+  if problem is not None:
+    problem.raise_()
+
+
+def install(
+    *,
+    gather: Any,
+    multiple: int,
+    timeout_s: float,
+    pad_id: int | None,
+    trainer: Any,
+    max_seq_token_per_tpu: int,
+    host_index: int,
+    on_stats: Callable[[PackStats], None],
+) -> compat_packing.PackingHandle:
+  """Puts mcjax's packer in Tunix's place while a cluster lives.
+
+  Args:
+    gather: a `telemetry.HostGather` for the agreement on K.
+    multiple: the host's data-parallel devices (K is rounded up to it).
+    timeout_s: how long a host waits for the others' K.
+    pad_id: the pad id the learner's loss masks by (the rollout's).
+    trainer: Tunix's actor trainer, whose learner `check_learner` checks
+      before the first packed micro-batch.
+    max_seq_token_per_tpu: the training config's packing budget.
+    host_index: this host (for the log line).
+    on_stats: receives each micro-batch's stats (telemetry).
+
+  Returns:
+    The handle that undoes the install (the cluster's close()).
+  """
+
+  def on_packed(stats: PackStats) -> None:
+    on_stats(stats)
+    logging.info(
+        "Packing: host %d packed %d rows, agreed K=%d (%d real tokens in"
+        " %d slots).", host_index, stats.local_rows, stats.rows,
+        stats.real_tokens, stats.slots,
+    )
+
+  return compat_packing.install_packing(Packer(
+      agree=Agreement(gather, multiple=multiple, timeout_s=timeout_s),
+      check=functools.partial(check_learner, trainer, max_seq_token_per_tpu),
+      on_packed=on_packed, pad_id=pad_id,
+  ))
