@@ -301,17 +301,34 @@ def prepare_dataset(
     raise
   except (ValueError, OSError) as e:
     raise InputError(str(e)) from e
-  check_batches(batches)
+  return _checked(batches, list(reward_fns), what="dataset",
+                  length_fn=length_fn, max_prompt_length=max_prompt_length,
+                  skip_long_prompts=skip_long_prompts,
+                  num_batches=num_batches)
+
+
+def _checked(
+    batches: Sequence[Mapping[str, Any]],
+    reward_fns: list[Any],
+    *,
+    what: str,
+    length_fn: Callable[[Sequence[str]], Sequence[int]],
+    max_prompt_length: int,
+    skip_long_prompts: bool,
+    num_batches: int,
+) -> PreparedDataset:
+  """Batches of a task's spec, checked; long prompts refused or dropped."""
+  check_batches(batches, what=what)
+  rows = sum(len(b["prompts"]) for b in batches)
   if not skip_long_prompts:
     check_prompt_lengths(batches, length_fn=length_fn,
-                         max_prompt_length=max_prompt_length)
-    return PreparedDataset(batches=list(batches), reward_fns=list(reward_fns),
-                           rows=batch_size * num_batches)
-  rows = sum(len(b["prompts"]) for b in batches)
+                         max_prompt_length=max_prompt_length, what=what)
+    return PreparedDataset(batches=list(batches), reward_fns=reward_fns,
+                           rows=rows)
   batches, dropped = drop_long_rows(
       batches, length_fn=length_fn, max_prompt_length=max_prompt_length,
-      num_batches=num_batches)
-  return PreparedDataset(batches=batches, reward_fns=list(reward_fns),
+      num_batches=num_batches, what=what)
+  return PreparedDataset(batches=batches, reward_fns=reward_fns,
                          dropped=dropped, rows=rows)
 
 
@@ -360,18 +377,10 @@ def prepare_eval_dataset(
     raise
   except (ValueError, OSError) as e:
     raise InputError(str(e)) from e
-  check_batches(batches, what=what)
-  if skip_long_prompts:
-    rows = sum(len(b["prompts"]) for b in batches)
-    batches, dropped = drop_long_rows(
-        batches, length_fn=length_fn, max_prompt_length=max_prompt_length,
-        num_batches=num_batches, what=what)
-    return PreparedDataset(batches=batches, reward_fns=[], dropped=dropped,
-                           rows=rows)
-  check_prompt_lengths(batches, length_fn=length_fn,
-                       max_prompt_length=max_prompt_length, what=what)
-  return PreparedDataset(batches=list(batches), reward_fns=[],
-                         rows=batch_size * num_batches)
+  return _checked(batches, [], what=what, length_fn=length_fn,
+                  max_prompt_length=max_prompt_length,
+                  skip_long_prompts=skip_long_prompts,
+                  num_batches=num_batches)
 
 
 # --- Rewards ------------------------------------------------------------------
