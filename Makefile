@@ -39,7 +39,7 @@ VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
 
-.PHONY: help venv demo test test-fast lock clean bench bench-device venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
+.PHONY: help venv demo demo-da test test-fast lock clean bench bench-device venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
 
 # $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
 # runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
@@ -76,6 +76,7 @@ help:
 	@echo "make bench-device - the prepared GPU run (<8 min; installs wheels/; see docs/benchmarks.md) -> runs/bench-device/"
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
 	@echo "make lock   - re-resolve requirements/main.in into requirements/main.lock"
+	@echo "make demo-da - the demo disaggregated: 1 trainer host + 2 rollout hosts on a local Ray (max_staleness 1)"
 	@echo "make demo-vllm - the demo with a vLLM engine per host (creates $(VENV_VLLM), Python 3.11)"
 	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (Python 3.11, jax 0.10.2; not part of 'make test')"
 	@echo "make venv-vllm - create/refresh $(VENV_VLLM) from requirements/vllm.lock"
@@ -94,6 +95,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/grpo_qwen3.py --backend=mcjax --num_hosts=2 --devices_per_host=4 \
 	  --metrics_out=runs/demo/metrics.jsonl
+
+# Disaggregated (docs/disaggregated.md): a local Ray head on 127.0.0.1, one
+# trainer process and two rollout processes of 2 CPU devices each.
+demo-da: $(STAMP)
+	$(PY) examples/grpo_qwen3.py --backend=mcjax_da --trainer_hosts=1 \
+	  --rollout_hosts=2 --devices_per_host=2 --max_staleness=1 \
+	  --metrics_out=runs/demo-da/metrics.jsonl
 
 test: $(STAMP)
 	$(call pytest,$(PY),tests -m "not vllm" --durations=15)

@@ -246,6 +246,25 @@ _MAX_SEQ_TOKEN_PER_TPU = flags.DEFINE_integer(
     " packed row; needs a token-mean learner (--learner=dapo). Default: no"
     " packing.",
 )
+_TRAINER_HOSTS = flags.DEFINE_integer(
+    "trainer_hosts", _DEFAULTS.trainer_hosts,
+    "--backend=mcjax_da: trainer processes (one JAX program among them).",
+)
+_ROLLOUT_HOSTS = flags.DEFINE_integer(
+    "rollout_hosts", _DEFAULTS.rollout_hosts,
+    "--backend=mcjax_da: rollout processes, each with its own engine (a"
+    " multiple of --trainer_hosts).",
+)
+_MAX_STALENESS = flags.DEFINE_integer(
+    "max_staleness", _DEFAULTS.max_staleness,
+    "--backend=mcjax_da: most policy versions a trained rollout may lag; 0 ="
+    " synchronous, 1 = generate the next batch while training this one.",
+)
+_IS_CAP = flags.DEFINE_float(
+    "is_cap", _DEFAULTS.is_cap,
+    "--backend=mcjax_da: cap C of the truncated importance weight"
+    " min(exp(logp_trainer - logp_sampler), C) per token (max_staleness >= 1).",
+)
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."
 )
@@ -299,6 +318,10 @@ def _config() -> grpo_job.GrpoJobConfig:
       checkpoint_every=_CHECKPOINT_EVERY.value,
       max_to_keep=_MAX_TO_KEEP.value,
       max_seq_token_per_tpu=_MAX_SEQ_TOKEN_PER_TPU.value,
+      trainer_hosts=_TRAINER_HOSTS.value,
+      rollout_hosts=_ROLLOUT_HOSTS.value,
+      max_staleness=_MAX_STALENESS.value,
+      is_cap=_IS_CAP.value,
   )
 
 
@@ -322,6 +345,9 @@ def main(argv: Sequence[str]) -> None:
   from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
 
+  if cfg.backend == "mcjax_da":
+    _run_disaggregated(cfg)
+    return
   if not runtime.in_multi_controller_environment():
     if _NUM_HOSTS.value < 1 or _DEVICES_PER_HOST.value < 1:
       raise app.UsageError("--num_hosts and --devices_per_host must be >= 1.")
@@ -357,26 +383,55 @@ def main(argv: Sequence[str]) -> None:
     # Data, reward function or tokenizer; a checkpoint that does not fit the
     # job, or a failed save: the message names the fix.
     _user_error(e)
+  if os.environ.get(runtime.ENV_HOST_ID, "0") == "0":
+    _print_summary(cfg, summary)
+
+
+def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
+  """--backend=mcjax_da: trainer and rollout hosts as Ray actors (local)."""
+  from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
+
+  if _DEVICES_PER_HOST.value < 1:
+    raise app.UsageError("--devices_per_host must be >= 1.")
+  try:
+    grpo_job.check_job(cfg, num_hosts=cfg.trainer_hosts,
+                       devices_per_host=_DEVICES_PER_HOST.value)
+    grpo_job.check_inputs(cfg)
+  except ValueError as e:
+    _user_error(e)
+  if cfg.metrics_out and os.path.exists(cfg.metrics_out):
+    os.remove(cfg.metrics_out)  # A fresh record of this job.
+  try:
+    summary = launcher.run_local(cfg, devices_per_host=_DEVICES_PER_HOST.value,
+                                 timeout_s=_TIMEOUT.value)
+  except RuntimeError as e:
+    print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
+    sys.exit(1)
+  _print_summary(cfg, summary)
+
+
+def _print_summary(cfg: grpo_job.GrpoJobConfig, summary) -> None:
   records = summary["records"]
-  if records and os.environ.get(runtime.ENV_HOST_ID, "0") == "0":
-    first, last = records[0], records[-1]
-    print(
-        f"[grpo] mean reward: first step {first['reward_mean']:.3f} -> last"
-        f" step {last['reward_mean']:.3f} ({len(records)} steps,"
-        f" {summary['wall_s']:.1f} s)",
-        flush=True,
-    )
-    print(
-        json.dumps({
-            "backend": cfg.backend,
-            "num_hosts": summary["num_hosts"],
-            "steps": len(records),
-            "reward_first": first["reward_mean"],
-            "reward_last": last["reward_mean"],
-            "wall_s": round(summary["wall_s"], 1),
-        }),
-        flush=True,
-    )
+  if not records:
+    return
+  first, last = records[0], records[-1]
+  print(
+      f"[grpo] mean reward: first step {first['reward_mean']:.3f} -> last"
+      f" step {last['reward_mean']:.3f} ({len(records)} steps,"
+      f" {summary['wall_s']:.1f} s)",
+      flush=True,
+  )
+  print(
+      json.dumps({
+          "backend": cfg.backend,
+          "num_hosts": summary["num_hosts"],
+          "steps": len(records),
+          "reward_first": first["reward_mean"],
+          "reward_last": last["reward_mean"],
+          "wall_s": round(summary["wall_s"], 1),
+      }),
+      flush=True,
+  )
 
 
 if __name__ == "__main__":

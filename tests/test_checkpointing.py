@@ -15,10 +15,11 @@
 """Checkpoint and exact resume (tunix_mcjax.checkpointing, docs/checkpointing.md).
 
 Shared runs (module-scoped): one uninterrupted 6-step 2-host run,
-checkpointing every 2 steps, is the reference for the SIGKILL resume, the
-resume on 3 hosts and the refused resumes. LoRA (rank 4) has its own
-reference and its own SIGKILL after step 3 and rerun of the same command
-(the host-count change is tested once, with full weights). A resumed run
+checkpointing every 2 steps, is the reference for the SIGKILL resume (the
+job killed while it writes step 4's checkpoint), the resumes of its step-2
+checkpoint on 3 and on 1 host, and the refused resumes. LoRA (rank 4) has
+its own reference and its own SIGKILL after step 3 and rerun of the same
+command (the host-count change is tested with full weights only). A resumed run
 must reproduce the reference's prompts, completions, rewards and losses of
 every step after the checkpoint and its final parameters.
 """
@@ -32,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import types
 
 import numpy as np
@@ -50,6 +50,8 @@ JOB = ("--steps=6", "--batch_size=6", "--num_generations=2",
        "--beta=0.04", "--checkpoint_every=2", "--devices_per_host=2")
 LORA = ("--lora_rank=4", "--lora_alpha=8")
 _TIMEOUT_S = 600
+# In the name of Orbax's temporary directory of a checkpoint being written.
+_ORBAX_TMP = ".orbax-checkpoint-tmp"
 
 
 def _command(out: pathlib.Path, ckpt: pathlib.Path, *args: str) -> list[str]:
@@ -69,46 +71,43 @@ def _run(cmd: list[str], *, expect_rc: int = 0
   return proc
 
 
-def _steps_done(metrics: pathlib.Path) -> int:
-  if not metrics.is_file():
-    return 0
-  steps = [json.loads(line)["step"] for line in
-           metrics.read_text().splitlines() if line.strip().endswith("}")]
-  return max(steps, default=0)
-
-
 def _run_killed_after(cmd: list[str], out: pathlib.Path, step: int) -> None:
-  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded.
+  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded."""
+  launch_utils.run_killed_when(
+      cmd, lambda: launch_utils.steps_done(out / "metrics.jsonl") >= step,
+      log_path=out.parent / f"{out.name}.log", timeout_s=_TIMEOUT_S)
 
-  The launcher's hosts die with it (their parent-death signal is SIGKILL),
-  as a whole preempted job would.
+
+def _saves_in_flight(ckpt: pathlib.Path) -> list[str]:
+  """Orbax's temporary directories under `ckpt`: checkpoints being written
+  (`<step>.orbax-checkpoint-tmp`, renamed to `<step>` once complete)."""
+  try:
+    names = os.listdir(checkpointing.actor_directory(str(ckpt)))
+  except FileNotFoundError:
+    return []
+  return sorted(n for n in names if _ORBAX_TMP in n)
+
+
+def _run_killed_while_saving(cmd: list[str], out: pathlib.Path,
+                             ckpt: pathlib.Path, step: int) -> None:
+  """Runs `cmd` and SIGKILLs the whole job while checkpoint `step` is being
+  written (its temporary directory exists: Orbax takes ~0.4 s here).
+
+  A kill that came too late (the save completed between the look and the
+  kill) is retried once from scratch; twice too late fails the test.
   """
-  launch_utils.require_markers("multihost", "e2e")
-  with open(out.parent / f"{out.name}.log", "w") as log:
-    proc = subprocess.Popen(cmd, env=launch_utils.launcher_env(),
-                            stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    deadline = time.monotonic() + _TIMEOUT_S
-    try:
-      while _steps_done(out / "metrics.jsonl") < step:
-        assert proc.poll() is None, (out.parent / f"{out.name}.log").read_text()
-        assert time.monotonic() < deadline, "the job never reached the step"
-        time.sleep(0.02)
-    finally:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
-  assert proc.returncode == -signal.SIGKILL
+  def saving() -> bool:
+    return any(n.startswith(f"{step}.") for n in _saves_in_flight(ckpt))
 
-
-def _plant_interrupted_save(ckpt: pathlib.Path, step: int, like: int) -> None:
-  """What a job killed while saving `step` leaves: Orbax's temporary
-  directory, half written (no commit marker, no step metadata)."""
-  actor = checkpointing.actor_directory(str(ckpt))
-  tmp = actor / f"{step}.orbax-checkpoint-tmp-1796130890"
-  shutil.copytree(actor / str(like), tmp)
-  for marker in tmp.rglob("commit_success.txt"):
-    marker.unlink()
-  (tmp / "_CHECKPOINT_METADATA").unlink()
+  for _ in range(2):
+    launch_utils.run_killed_when(
+        cmd, saving, log_path=out.parent / f"{out.name}.log",
+        timeout_s=_TIMEOUT_S, poll_s=0.005)
+    if step not in checkpointing.complete_steps(str(ckpt)):
+      return
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(ckpt, ignore_errors=True)
+  pytest.fail(f"checkpoint {step} completed before the kill, twice")
 
 
 def _assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
@@ -160,19 +159,22 @@ def _resume_copy(ref_ckpt: pathlib.Path, ckpt: pathlib.Path, out: pathlib.Path,
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
-  """An uninterrupted run, and the same command killed after step 3 (a
-  save of step 4 interrupted too) then run again."""
+  """An uninterrupted run, and the same command killed after step 3 while
+  it writes step 4's checkpoint, then run again."""
   tmp = tmp_path_factory.mktemp("ckpt_full")
   ref_out, ref_ckpt = tmp / "ref", tmp / "ref_ckpt"
   _run(_command(ref_out, ref_ckpt, "--num_hosts=2"))
   out, ckpt = tmp / "resumed", tmp / "ckpt"
   cmd = _command(out, ckpt, "--num_hosts=2")
-  _run_killed_after(cmd, out, step=3)
-  steps_after_kill = checkpointing.complete_steps(str(ckpt))
-  _plant_interrupted_save(ckpt, step=4, like=2)
+  _run_killed_while_saving(cmd, out, ckpt, step=4)
+  after_kill = dict(
+      steps=checkpointing.complete_steps(str(ckpt)),
+      latest=checkpointing.latest(str(ckpt)).step,
+      in_flight=_saves_in_flight(ckpt),
+      steps_done=launch_utils.steps_done(out / "metrics.jsonl"))
   proc = _run(cmd)  # The same command again.
   return dict(ref=ref_out, ref_ckpt=ref_ckpt, out=out, ckpt=ckpt, proc=proc,
-              steps_after_kill=steps_after_kill)
+              after_kill=after_kill)
 
 
 @pytest.fixture(scope="module")
@@ -196,16 +198,23 @@ def lora(tmp_path_factory):
 
 @pytest.mark.multihost
 @pytest.mark.e2e
-def test_sigkilled_job_resumes_exactly(full):
-  # Killed after step 3: step 2's checkpoint is the latest complete one,
-  # and the save of step 4 the kill interrupted stays invisible.
-  assert full["steps_after_kill"] == [2]
+def test_job_sigkilled_while_saving_resumes_exactly(full):
+  # Killed after step 3, while step 4's checkpoint was being written: its
+  # half-written directory is left, step 2's checkpoint is the latest
+  # complete one, and the rerun resumes from it.
+  after_kill = full["after_kill"]
+  assert after_kill["steps_done"] == 3
+  assert after_kill["steps"] == [2] and after_kill["latest"] == 2
+  assert [n.split(".")[0] for n in after_kill["in_flight"]] == ["4"], (
+      after_kill)
   assert "actor/2 (global step 2, data position 12" in _resumed_from(
       full["proc"])
   _assert_resumed_equal(full["ref"], full["out"], first_step=3, exact=True)
   # The resumed run checkpoints on: the same steps as the reference.
   assert checkpointing.complete_steps(str(full["ckpt"])) == [2, 4, 6]
   assert checkpointing.complete_steps(str(full["ref_ckpt"])) == [2, 4, 6]
+  # The rerun's save of step 4 replaced the half-written one.
+  assert not _saves_in_flight(full["ckpt"])
 
 
 @pytest.mark.multihost
@@ -227,12 +236,14 @@ def test_sigkilled_lora_job_resumes_exactly(lora):
 
 @pytest.mark.multihost
 @pytest.mark.e2e
-def test_two_host_checkpoint_resumes_on_three_hosts(full, tmp_path):
-  ckpt, out = tmp_path / "ckpt", tmp_path / "three"
-  proc = _resume_copy(full["ref_ckpt"], ckpt, out, "--num_hosts=3")
+@pytest.mark.parametrize("num_hosts", [3, 1])
+def test_two_host_checkpoint_resumes_on_another_host_count(full, tmp_path,
+                                                           num_hosts):
+  ckpt, out = tmp_path / "ckpt", tmp_path / f"hosts{num_hosts}"
+  proc = _resume_copy(full["ref_ckpt"], ckpt, out, f"--num_hosts={num_hosts}")
   assert "written by 2 host(s)" in _resumed_from(proc)
   _assert_resumed_equal(full["ref"], out, first_step=3, exact=False)
-  assert checkpointing.latest(str(ckpt)).num_hosts == 3
+  assert checkpointing.latest(str(ckpt)).num_hosts == num_hosts
 
 
 # --- refused resumes and directories ----------------------------------------------
@@ -264,6 +275,23 @@ def test_unwritable_directory_is_refused(tmp_path):
     checkpointing.check_writable(str(blocker / "ckpt"))
   checkpointing.check_writable(str(tmp_path / "new" / "ckpt"))
   assert not list((tmp_path / "new" / "ckpt" / "actor").iterdir())
+
+
+def test_example_refuses_an_unwritable_directory_before_hosts_start(
+    tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("")
+  proc = subprocess.run(
+      [sys.executable, str(example_runs.EXAMPLE), "--num_hosts=2",
+       "--devices_per_host=1", "--batch_size=2", "--num_generations=2",
+       f"--checkpoint_dir={blocker}/ckpt"],
+      env=launch_utils.launcher_env(), capture_output=True, text=True,
+      timeout=120)
+  err = proc.stderr.strip()
+  assert proc.returncode == 2, err[-3000:]
+  assert len(err.splitlines()) == 1 and "Traceback" not in err, err[-3000:]
+  assert f"Checkpoint directory '{blocker}/ckpt' is not writable" in err
+  assert "[launch]" not in proc.stdout  # No host started.
 
 
 def test_mismatch_names_parameters_and_values():

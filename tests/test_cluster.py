@@ -182,7 +182,7 @@ def test_backend_factory_gives_maxtext_actors_an_engine_model(monkeypatch):
 
 def test_unknown_backend_lists_the_choices():
   with pytest.raises(ValueError, match=r"Unknown cluster backend 'pathways'.*"
-                     r"\['mcjax', 'tunix'\]"):
+                     r"\['mcjax', 'mcjax_da', 'tunix'\]"):
     tunix_mcjax.create_rl_cluster("pathways")
 
 
@@ -191,4 +191,4 @@ def test_backends_are_discoverable_as_entry_points():
 
   names = {ep.name for ep in importlib.metadata.entry_points(
       group="tunix.rl_cluster_backends")}
-  assert {"tunix", "mcjax"} <= names
+  assert {"tunix", "mcjax", "mcjax_da"} <= names

@@ -39,23 +39,6 @@ _TINY = ("--backend=mcjax", "--num_hosts=2", "--devices_per_host=1",
          "--batch_size=2", "--num_generations=2")
 
 
-def _children(pid: int) -> list[int]:
-  """Direct children of `pid` (the launcher's hosts)."""
-  out = []
-  for entry in pathlib.Path("/proc").iterdir():
-    if not entry.name.isdigit():
-      continue
-    try:
-      stat = (entry / "stat").read_text()
-    except OSError:
-      continue
-    # The command name may hold spaces; the fields after it do not.
-    ppid = int(stat.rsplit(")", 1)[1].split()[1])
-    if ppid == pid:
-      out.append(int(entry.name))
-  return out
-
-
 def _host_id(pid: int) -> str | None:
   try:
     environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -86,7 +69,7 @@ def test_a_host_killed_mid_run_stops_the_job_naming_it(tmp_path):
       assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
       assert time.monotonic() < deadline, "no step finished in 400 s"
       time.sleep(0.2)
-    hosts = {_host_id(p): p for p in _children(proc.pid)}
+    hosts = {_host_id(p): p for p in launch_utils.children(proc.pid)}
     assert set(hosts) == {"0", "1"}, hosts
     os.kill(hosts["1"], signal.SIGKILL)
     killed = time.monotonic()

@@ -138,14 +138,14 @@ def test_cli_pipeline_accepts_an_hsdp_mesh(tmp_path):
   argv = [
       "grpo_main", str(base),
       "model_config.model_name=qwen3-0.6b",
-      "model_config.model_id=/models/qwen3-0.6b",
+      f"model_config.model_id={base_config_fixture.MODEL_ID}",
       "model_config.mesh.shape=(3,2,1)",
       "model_config.mesh.axis_names=('data','fsdp','tp')",
       "reference_model_config.mesh=null",
       "reference_model_config.same_mesh_as=actor",
       "rollout_model_config.mesh=null",
       "rollout_model_config.same_mesh_as=actor",
-      "tokenizer_config.tokenizer_path=/models/qwen3-0.6b",
+      f"tokenizer_config.tokenizer_path={base_config_fixture.TOKENIZER_DIR}",
       "batch_size=6",
       "rl_training_config.data_sharding_axis=['data','fsdp']",
   ]

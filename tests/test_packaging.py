@@ -157,8 +157,8 @@ def test_import_and_entry_points_come_from_the_installed_wheel(installed):
   venv = str(installed["venv"].resolve())
   assert out["file"].startswith(venv), out
   assert out["dist"].startswith(venv), out
-  assert {"tunix", "mcjax"} <= set(out["backends"]), out
-  assert set(out["entry_points"]) == {"tunix", "mcjax"}, out
+  assert {"tunix", "mcjax", "mcjax_da"} <= set(out["backends"]), out
+  assert set(out["entry_points"]) == {"tunix", "mcjax", "mcjax_da"}, out
   for name, source in out["entry_points"].items():
     assert source.startswith(venv), (name, source)
   assert len(out["patches"]) == PATCHES, out

@@ -106,8 +106,9 @@ def test_pack_micro_batch_layout_and_empty_rows():
   packed, stats = packing.pack_micro_batch([ex], 8, agree=agree, pad_id=PAD)
   # Lengths 5, 5, 5 (row 3 dropped): one per packed row.
   assert agreed == [3]
+  # Unpacked: 4 rows x (3 prompt + 4 completion columns).
   assert stats == packing.PackStats(local_rows=3, rows=4, real_tokens=15,
-                                    slots=32)
+                                    slots=32, unpacked_slots=28)
   ids = np.asarray(packed.completion_ids)
   assert ids.shape == (4, 8) and packed.prompt_ids.shape == (4, 0)
   np.testing.assert_array_equal(ids[0], [5, 6, 10, PAD, 11, PAD, PAD, PAD])

@@ -163,8 +163,9 @@ def test_stock_and_mcjax_records_share_one_schema(tmp_path, monkeypatch):
   mcjax = telemetry.build_record(
       np.zeros((2, len(telemetry.HOST_FIELDS)), np.float32), _META).as_dict()
   assert list(stock) == list(mcjax)
+  # `extras` (backend-specific fields) is flattened into the top level.
   assert list(stock) == [f.name for f in dataclasses.fields(
-      telemetry.StepRecord)]
+      telemetry.StepRecord) if f.name != "extras"]
   assert set(stock["phases"]) == set(telemetry.PHASES)
   assert stock["step"] == 1 and stock["backend"] == "tunix"
   assert stock["reward_mean"] == 1.0 and stock["completion_tokens"] == 4
@@ -184,3 +185,17 @@ def test_stock_recorder_ends_steps_without_sync_weights():
   cluster.buffer_metrics({})
   assert [r.step for r in recorder.records] == [1]
   assert recorder.records[0].publish_calls == 0
+
+
+def test_record_extras_join_the_top_level():
+  meta = dataclasses.replace(_META, extras={"policy_version": 3,
+                                            "staleness": 1})
+  record = telemetry.build_record(
+      np.zeros((2, len(telemetry.HOST_FIELDS)), np.float32), meta).as_dict()
+  assert record["policy_version"] == 3 and record["staleness"] == 1
+  assert "extras" not in record
+  clash = dataclasses.replace(_META, extras={"loss": 1.0})
+  with pytest.raises(ValueError, match="shadow fields"):
+    telemetry.build_record(
+        np.zeros((2, len(telemetry.HOST_FIELDS)), np.float32),
+        clash).as_dict()

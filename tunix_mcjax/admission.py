@@ -622,6 +622,12 @@ class TrainEvalRowIds:
       with self._lock:
         self._evaluating -= 1
 
+  @property
+  def is_evaluating(self) -> bool:
+    """Whether rows are taken from the evaluation ledger now."""
+    with self._lock:
+      return self._evaluating > 0
+
   def take(self, num_rows: int) -> np.ndarray:
     with self._lock:
       evaluating = self._evaluating > 0

@@ -17,6 +17,8 @@
 - "tunix": Tunix's stock, single-controller `RLCluster` (Pathways or one
   process), exactly as constructed by a stock recipe.
 - "mcjax": `McJaxRLCluster`, one process per host.
+- "mcjax_da": `da.cluster.McJaxDaRLCluster`, the trainer hosts of the
+  disaggregated mode (rollout hosts apart, on Ray).
 
 Both take `RLCluster`'s keyword arguments; "mcjax" also takes `options`.
 """
@@ -70,6 +72,16 @@ def create_mcjax_cluster(**kwargs: Any) -> Any:
   return cluster.McJaxRLCluster(**kwargs)
 
 
+@BACKENDS.register("mcjax_da")
+def create_mcjax_da_cluster(**kwargs: Any) -> Any:
+  """`McJaxDaRLCluster(**kwargs)`: the trainer hosts of the disaggregated
+  mode (`tunix_mcjax.da`); takes `da` and `num_generations` besides the
+  mcjax backend's arguments, and runs inside a job of `da.launcher`."""
+  from tunix_mcjax.da import cluster as da_cluster  # pylint: disable=g-import-not-at-top
+
+  return da_cluster.McJaxDaRLCluster(**kwargs)
+
+
 def _is_maxtext_actor(actor: Any) -> bool:
   return type(actor).__name__ == "TunixMaxTextAdapter" and hasattr(
       actor, "base"
@@ -87,3 +99,4 @@ def _initialize_mcjax_runtime() -> None:
 # process per host, jax.distributed started the way tunix_mcjax.runtime
 # detects (local launcher, cluster, single host).
 create_mcjax_cluster.initialize_runtime = _initialize_mcjax_runtime
+create_mcjax_da_cluster.initialize_runtime = _initialize_mcjax_runtime

@@ -178,6 +178,9 @@ class McJaxRLCluster(compat.RLCluster):
   recipe: each host's learner gets 1/H of each (checked to divide).
   """
 
+  # The step records' `backend`.
+  backend_name = "mcjax"
+
   def __init__(
       self,
       *,
@@ -267,7 +270,7 @@ class McJaxRLCluster(compat.RLCluster):
     _raise_first(lora_problem)
 
     engine_factory = functools.partial(
-        ENGINES.get(engine_name),
+        self._engine_factory(engine_name),
         context=engine_base.EngineContext(
             engine_mesh=self.local_mesh,
             row_ids=self.row_ids,
@@ -366,6 +369,10 @@ class McJaxRLCluster(compat.RLCluster):
           on_stats=lambda stats: self.step_clock.add_packing(stats),
       )
     self.telemetry.start_step(self.global_steps + 1)
+
+  def _engine_factory(self, name: str) -> Any:
+    """The engine class (or factory) for the registered engine `name`."""
+    return ENGINES.get(name)
 
   # --- checkpoint and resume (see `checkpointing`) ---------------------------
 
@@ -627,6 +634,8 @@ class McJaxRLCluster(compat.RLCluster):
 
   def update_actor(self, train_ds, eval_ds, skip_jit=False):
     to_global = lambda batch: [jax.tree.map(self._to_global, e) for e in batch]
+    # This host's rows, before packing (the padded-token share unpacked).
+    self.step_clock.add_train_batch(train_ds)
     with self.step_clock.phase("train", cross_host="train"):
       super().update_actor(
           to_global(train_ds),
@@ -689,16 +698,21 @@ class McJaxRLCluster(compat.RLCluster):
     self.telemetry.end_step(
         telemetry.StepMeta(
             step=self.global_steps,
-            backend="mcjax",
+            backend=self.backend_name,
             loss=train.get("loss"),
             grad_norm=train.get("grad_norm"),
             prompts_digest=batch.digest if batch is not None else None,
             publish_bytes=self.publisher.last_stats.bytes,
             optimizations=self.options.optimizations.as_dict(),
+            extras=self._step_extras(),
         ),
         admission_s=closed.admission_s,
         prompt_tokens=batch.prompt_tokens if batch is not None else -1,
     )
+
+  def _step_extras(self) -> dict[str, Any] | None:
+    """Backend-specific fields of the step's record (none here)."""
+    return None
 
   def _log_metrics(self, metrics_buffer):
     # Each host buffered its own rows' metrics: combine them over all hosts

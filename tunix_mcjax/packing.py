@@ -109,12 +109,15 @@ class PackStats:
     rows: packed rows after the agreement (K, same on every host).
     real_tokens: prompt and completion tokens packed.
     slots: rows * budget.
+    unpacked_slots: token slots of the same rows unpacked (rows x (prompt
+      width + completion width), as the learner handed them over).
   """
 
   local_rows: int
   rows: int
   real_tokens: int
   slots: int
+  unpacked_slots: int = 0
 
 
 def _rows_of(examples: Sequence[Any]) -> list[dict[str, Any]]:
@@ -253,9 +256,13 @@ def pack_micro_batch(
       items, bins, budget=budget, rows=rows, example_cls=type(examples[0]),
       pad_id=pad_id,
   )
+  unpacked = sum(
+      int(np.shape(ex.completion_ids)[0]) * (
+          int(np.shape(ex.prompt_ids)[1]) + int(np.shape(ex.completion_ids)[1]))
+      for ex in examples)
   return example, PackStats(
       local_rows=len(bins), rows=rows, real_tokens=int(sum(lengths)),
-      slots=rows * budget,
+      slots=rows * budget, unpacked_slots=unpacked,
   )
 
 

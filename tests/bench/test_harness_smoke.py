@@ -59,6 +59,11 @@ def test_bench_arms_ran_and_breakdown_adds_up(bench):
     # The breakdown accounts for the (slowest host's) step.
     assert sum(arm["mean_parts_s"].values()) == pytest.approx(
         arm["mean_step_s"], rel=0.02, abs=1e-3)
+    # Unpacked padding, counted on either backend: toy prompts of 3 tokens
+    # padded to 4 at least (and completions to 4).
+    extras = arm["work_extras"]
+    assert not extras["packed"]
+    assert 1 / 8 <= extras["padded_token_share"] < 1.0, (name, extras)
   stock = on_disk["arms"][arms.BASELINE]
   assert stock["config"]["stock_rollout"] and "vanilla" in stock[
       "description"]

@@ -92,3 +92,21 @@ def test_unequal_work_in_one_launch_is_the_reason(tmp_path):
   assert rep["equal_work"]["mcjax-optimized"]["by_launch"] == [
       True, False, True]
   assert "equal work failed (launch 2)" in report_lib.markdown(rep)
+
+
+@pytest.mark.parametrize("tokens", [None, 0, True])
+def test_a_missing_token_count_is_an_error_not_a_stand_in(tmp_path, tokens):
+  # Per-token times divide by the count: a stand-in (once 1) would report the
+  # step time as the time per token.
+  runs = _runs(tmp_path)
+  path = tmp_path / "mcjax-optimized1.jsonl"
+  recs = [json.loads(line) for line in path.read_text().splitlines()]
+  # Step 10: in the second pass, the one the report scores.
+  if tokens is None:
+    del recs[9]["completion_tokens"]
+  else:
+    recs[9]["completion_tokens"] = tokens
+  path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+  with pytest.raises(ValueError, match=r"step 10 of the bench records has"
+                     rf" completion_tokens={tokens!r}; per-token times"):
+    report_lib.build_report(MODE, runs, None)

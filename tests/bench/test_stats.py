@@ -115,7 +115,7 @@ def test_summarize_work_from_records():
 
 
 def test_modes_are_consistent():
-  for mode in arms.MODES.values():
+  for mode in (arms.MODES["quick"], arms.MODES["full"]):
     assert mode.arms[0].name == arms.BASELINE
     assert len({a.total_devices for a in mode.arms}) == 1
     assert {a.num_hosts for a in mode.arms if a.profile == "optimized"} == {

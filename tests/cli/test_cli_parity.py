@@ -247,3 +247,28 @@ def test_missing_local_inputs_are_refused_before_any_host_starts(
   assert cli.check_mcjax_config(
       pipeline("data_source=huggingface", "dataset_name=openai/gsm8k"),
       num_hosts=2) == 2
+
+
+def test_missing_model_and_tokenizer_paths_are_refused(cli, pipeline,
+                                                       tmp_path):
+  model, tok = tmp_path / "no_model", tmp_path / "no_tokenizer"
+  with pytest.raises(cli.ConfigError, match="cannot run with") as e:
+    cli.check_mcjax_config(
+        pipeline(f"model_config.model_id={model}",
+                 f"tokenizer_config.tokenizer_path={tok}"),
+        num_hosts=2)
+  message = str(e.value)
+  # Inherited by every role, named once.
+  assert message.count("does not exist") == 2, message
+  assert f"model_config.model_id='{model}' does not exist" in message
+  assert f"tokenizer_config.tokenizer_path='{tok}' does not exist" in message
+  # A role's own local checkpoint is checked too; a hub id is Tunix's.
+  (problem,) = cli.data.missing_local_inputs(
+      {"model_config": {"model_id": "Qwen/Qwen3-0.6B"},
+       "reference_model_config": {"model_id": f"{model}"}})
+  assert problem.startswith("reference_model_config.model_id=")
+  tok.mkdir()
+  assert cli.check_mcjax_config(
+      pipeline("model_config.model_id=Qwen/Qwen3-0.6B",
+               f"tokenizer_config.tokenizer_path={tok}"),
+      num_hosts=2) == 2

@@ -31,12 +31,9 @@ parameters and optimizer state, bit for bit.
 """
 
 import json
-import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -139,14 +136,6 @@ def _command(inputs, out: pathlib.Path, ckpt: pathlib.Path):
   return ["bash", str(RECIPE), *args], env, out / "cwd"
 
 
-def _steps_done(metrics: pathlib.Path) -> int:
-  if not metrics.is_file():
-    return 0
-  steps = [json.loads(line)["step"] for line in
-           metrics.read_text().splitlines() if line.strip().endswith("}")]
-  return max(steps, default=0)
-
-
 def _run(cmd, env, cwd) -> subprocess.CompletedProcess[str]:
   launch_utils.require_markers("multihost", "e2e")
   proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
@@ -157,21 +146,10 @@ def _run(cmd, env, cwd) -> subprocess.CompletedProcess[str]:
 
 def _run_killed_after(cmd, env, cwd, out: pathlib.Path, step: int) -> None:
   """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded."""
-  launch_utils.require_markers("multihost", "e2e")
-  log_path = out.parent / f"{out.name}.log"
-  with open(log_path, "w") as log:
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + _TIMEOUT_S
-    try:
-      while _steps_done(out / "metrics.jsonl") < step:
-        assert proc.poll() is None, log_path.read_text()[-6000:]
-        assert time.monotonic() < deadline, "the job never reached the step"
-        time.sleep(0.02)
-    finally:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
-  assert proc.returncode == -signal.SIGKILL
+  launch_utils.run_killed_when(
+      cmd, lambda: launch_utils.steps_done(out / "metrics.jsonl") >= step,
+      log_path=out.parent / f"{out.name}.log", env=env, cwd=cwd,
+      timeout_s=_TIMEOUT_S)
 
 
 def _train_calls(out: pathlib.Path) -> list[dict]:
@@ -222,7 +200,7 @@ def resume_runs(inputs, tmp_path_factory):
 def test_resumed_cli_run_equals_the_uninterrupted_one(resume_runs):
   ref_out, ref_ckpt, _ = resume_runs["ref"]
   got_out, got_ckpt, got_proc = resume_runs["resumed"]
-  assert _steps_done(resume_runs["killed"] / "metrics.jsonl") == 3
+  assert launch_utils.steps_done(resume_runs["killed"] / "metrics.jsonl") == 3
   lines = [l for l in got_proc.stdout.splitlines()
            if "resuming from checkpoint" in l]
   assert len(lines) == 1 and "(global step 2," in lines[0], (

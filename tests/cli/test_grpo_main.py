@@ -409,6 +409,9 @@ def test_mcjax_rejects_disaggregated_stock_config_before_hosts_start(
   for role in ("reference", "rollout"):
     assert f"{role}_model_config.mesh gives the {role} role its own" in err
     assert f"{role}_model_config.same_mesh_as=actor" in err
+  # A local tokenizer path that does not exist, in the same message.
+  assert ("tokenizer_config.tokenizer_path='/models/qwen3-1.7b-base' does"
+          " not exist") in err
   # The recipe's LoRA lines are supported (only the meshes are refused).
   assert "LoRA" not in err and "lora_config" not in err
   # Nothing was launched.

@@ -38,14 +38,13 @@ _SCRIPT = textwrap.dedent("""
     info = runtime.initialize()
     import jax, optax
     from flax import nnx
-    from jax.experimental import multihost_utils
     from tunix.cli.utils import model as tunix_model_lib
-    from tunix.rl import common
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
     from tunix_mcjax import cluster as cluster_lib, compat, support
     from tunix_mcjax.recipes import models, tasks
+    from tests.support import engine_probe
 
     gm = runtime.global_mesh()
     cfg = models.tiny_qwen3_config(head_dim=32)
@@ -71,29 +70,8 @@ _SCRIPT = textwrap.dedent("""
                                          log_progress=False))
     engine = cluster.rollout
     h = info.process_index
-    prompt = np.array([[1, 5 + h, 6, 7], [1, 9, 8 + h, 7]], np.int32)
-    completion = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13 + h, 14, 15, 4]],
-                          np.int32)
-
-    def trainer_logps():
-      rows = multihost_utils.process_allgather(
-          np.concatenate([prompt, completion], axis=1), tiled=False)
-      rows = np.asarray(rows).reshape(-1, 10)
-      rep = jax.sharding.NamedSharding(gm, jax.sharding.PartitionSpec())
-      g, s = nnx.split(cluster.actor_trainer.model)
-      with gm:
-        logps = common.compute_per_token_logps(
-            g, s,
-            jax.make_array_from_process_local_data(rep, rows[:, :4]),
-            jax.make_array_from_process_local_data(rep, rows[:, 4:]),
-            0, 2)
-      logps = np.asarray(multihost_utils.process_allgather(logps, tiled=True))
-      return logps.reshape(-1, 6)[2 * h:2 * h + 2]
-
-    def engine_logps():
-      return np.asarray(engine.get_per_token_logps(prompt, completion))
-
-    before_engine, before_trainer = engine_logps(), trainer_logps()
+    probe = engine_probe.LogpsProbe(cluster, gm)
+    before_engine, before_trainer = probe.engine(), probe.trainer()
     batches, rewards = tasks.dataset_from_spec(
         "toy", batch_size=4, num_batches=1, seed=1)
     learner = grpo_learner.GRPOLearner(
@@ -102,7 +80,7 @@ _SCRIPT = textwrap.dedent("""
                                             num_iterations=1, beta=0.04),
         reward_fns=rewards)
     learner.train(cluster.shard_dataset(batches, num_generations=4))
-    after_engine, after_trainer = engine_logps(), trainer_logps()
+    after_engine, after_trainer = probe.engine(), probe.trainer()
     adapters = nnx.state(cluster.actor_trainer.model, nnx.LoRAParam)
     adapter_bytes = sum(x.size * x.dtype.itemsize
                         for x in jax.tree.leaves(adapters))

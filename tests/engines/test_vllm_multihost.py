@@ -42,15 +42,14 @@ _SCRIPT = textwrap.dedent("""
     import numpy as np
     from tunix_mcjax import runtime
     info = runtime.initialize()
-    import jax, jax.numpy as jnp, optax
+    import jax.numpy as jnp, optax
     from flax import nnx
-    from jax.experimental import multihost_utils
-    from tunix.rl import common
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
     from tunix_mcjax import cluster as cluster_lib, compat
     from tunix_mcjax.recipes import models, tasks
+    from tests.support import engine_probe
 
     gm = runtime.global_mesh()
     cfg = models.tiny_qwen3_config(head_dim=32)
@@ -72,32 +71,11 @@ _SCRIPT = textwrap.dedent("""
                                          log_progress=False))
     engine = cluster.rollout
 
-    # Fixed tokens, different on each host (no pad/eos inside).
+    # Fixed tokens, different on each host, through this host's engine and
+    # the trainer's global model.
     h = info.process_index
-    prompt = np.array([[1, 5 + h, 6, 7], [1, 9, 8 + h, 7]], np.int32)
-    completion = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13 + h, 14, 15, 4]],
-                          np.int32)
-
-    def trainer_logps():
-      # Every host's rows through the trainer's global model.
-      rows = multihost_utils.process_allgather(
-          np.concatenate([prompt, completion], axis=1), tiled=False)
-      rows = np.asarray(rows).reshape(-1, 10)
-      rep = jax.sharding.NamedSharding(gm, jax.sharding.PartitionSpec())
-      g, s = nnx.split(cluster.actor_trainer.model)
-      with gm:
-        logps = common.compute_per_token_logps(
-            g, s,
-            jax.make_array_from_process_local_data(rep, rows[:, :4]),
-            jax.make_array_from_process_local_data(rep, rows[:, 4:]),
-            0, 2)
-      logps = np.asarray(multihost_utils.process_allgather(logps, tiled=True))
-      return logps.reshape(-1, 6)[2 * h:2 * h + 2]
-
-    def engine_logps():
-      return np.asarray(engine.get_per_token_logps(prompt, completion))
-
-    before_engine, before_trainer = engine_logps(), trainer_logps()
+    probe = engine_probe.LogpsProbe(cluster, gm)
+    before_engine, before_trainer = probe.engine(), probe.trainer()
     batches, rewards = tasks.dataset_from_spec(
         "toy", batch_size=4, num_batches=1, seed=1)
     learner = grpo_learner.GRPOLearner(
@@ -106,7 +84,7 @@ _SCRIPT = textwrap.dedent("""
                                             num_iterations=1, beta=0.0),
         reward_fns=rewards)
     learner.train(cluster.shard_dataset(batches, num_generations=4))
-    after_engine, after_trainer = engine_logps(), trainer_logps()
+    after_engine, after_trainer = probe.engine(), probe.trainer()
 
     # Mismatches fail on every host before any collective, naming the
     # parameter.

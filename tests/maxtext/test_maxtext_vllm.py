@@ -55,16 +55,15 @@ TOL = 1e-4
 LAYOUTS = ("scanned", "unscanned")
 
 _SCRIPT = textwrap.dedent("""
+    import contextlib
     import dataclasses
     import json
     import numpy as np
     from tunix_mcjax import runtime
     info = runtime.initialize()
-    import jax, jax.numpy as jnp, optax
+    import jax, optax
     from flax import nnx
     from flax.linen import partitioning as nn_partitioning
-    from jax.experimental import multihost_utils
-    from tunix.rl import common
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
@@ -72,6 +71,7 @@ _SCRIPT = textwrap.dedent("""
     from tunix_mcjax.engines import base as engine_base, native
     from tunix_mcjax.maxtext import models as mm
     from tunix_mcjax.recipes import models, tasks
+    from tests.support import engine_probe
 
     h = info.process_index
     tok = models.ToyTokenizer(models.PRINTABLE_ALPHABET)
@@ -81,9 +81,6 @@ _SCRIPT = textwrap.dedent("""
     # Each host probes its own prompts.
     PROMPTS = [["2+2=", "hello", "a", "The cat sat"],
                ["x:", "12*3=?", "zz", "ok!"]][h]
-    prompt = np.array([[1, 5 + h, 6, 7], [1, 9, 8 + h, 7]], np.int32)
-    completion = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13 + h, 14, 15, 4]],
-                          np.int32)
 
     def peaked(actor, seed):
       # Norm scales near 1, every other weight N(0, 0.3): peaked next-token
@@ -132,22 +129,16 @@ _SCRIPT = textwrap.dedent("""
       engine = cluster.rollout
       spec = cluster.options.engine_model
 
-      def trainer_logps(prompt=prompt, completion=completion):
-        # Every host's rows through the trainer's global (FSDP) model.
-        b, p = prompt.shape
-        rows = multihost_utils.process_allgather(
-            np.concatenate([prompt, completion], axis=1), tiled=False)
-        rows = np.asarray(rows).reshape(-1, rows.shape[-1])
-        rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        g, s = nnx.split(cluster.actor_trainer.model)
+      @contextlib.contextmanager
+      def maxtext_scope(mesh=mesh, rules=rules):
         with jax.set_mesh(mesh), nn_partitioning.axis_rules(rules):
-          logps = common.compute_per_token_logps(
-              g, s,
-              jax.make_array_from_process_local_data(rep, rows[:, :p]),
-              jax.make_array_from_process_local_data(rep, rows[:, p:]),
-              tok.pad_id(), tok.eos_id())
-        logps = np.asarray(multihost_utils.process_allgather(logps, tiled=True))
-        return logps.reshape(rows.shape[0], -1)[b * h:b * (h + 1)]
+          yield
+
+      # Fixed tokens, different on each host, through this host's engine
+      # and the trainer's global (FSDP) model.
+      probe = engine_probe.LogpsProbe(
+          cluster, mesh, pad_id=tok.pad_id(), eos_id=tok.eos_id(),
+          scope=maxtext_scope)
 
       def greedy_trainer_logps(out):
         # The actor's log-probs of an engine's greedy completions.
@@ -155,13 +146,10 @@ _SCRIPT = textwrap.dedent("""
         c = np.full((len(out.tokens), n), tok.pad_id(), np.int32)
         for i, t in enumerate(out.tokens):
           c[i, :len(t)] = np.asarray(t)[:n]
-        return trainer_logps(
+        return probe.trainer(
             np.asarray(out.left_padded_prompt_tokens, np.int32), c)
 
-      def engine_logps():
-        return np.asarray(engine.get_per_token_logps(prompt, completion))
-
-      before = engine_logps()
+      before = probe.engine()
       kv_before = kv_ptrs(engine)
       reloads = []
       reload = engine._worker.reload_weights
@@ -179,7 +167,7 @@ _SCRIPT = textwrap.dedent("""
           reward_fns=rewards)
       learner.train(cluster.shard_dataset(batches, num_generations=4))
       engine._worker.reload_weights = reload
-      after_engine, after_trainer = engine_logps(), trainer_logps()
+      after_engine, after_trainer = probe.engine(), probe.trainer()
 
       # Greedy probe, outside any step: rows get counter identities (greedy
       # decoding does not use them). Tunix's sampler cannot forbid the pad

@@ -253,6 +253,30 @@ def test_the_checked_rewards_train_like_tunix_sums_them():
   np.testing.assert_allclose(out["rewards"], [0.5 + 3 / 8] * 2)
 
 
+def test_a_nan_reward_stops_tunix_reward_manager_naming_the_function():
+  # What the learner calls (RLLearner._compute_rewards): the error reaches
+  # it instead of np.nansum's silent 0 (the job then exits 2 with this line).
+  from tunix.rl import reward_manager  # pylint: disable=g-import-not-at-top
+  from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
+
+  def flaky_judge(prompts, completions, **kwargs):
+    del prompts, kwargs
+    return [math.nan if c == "bbb" else 1.0 for c in completions]
+
+  def run(fns):
+    manager = reward_manager.SequenceRewardManager(
+        fns, grpo_learner.GRPOConfig(num_generations=2))
+    return manager(prompts=["a:", "b:"], completions=["aaa", "bbb"],
+                   answer=np.asarray(["aaaaaaaa", "bbbbbbbb"]), mode="train")
+
+  # Unchecked, Tunix trains on the NaN as if it were 0 ...
+  assert run([flaky_judge])["rewards"].tolist() == [1.0, 0.0]
+  # ... checked, it is an error naming the function and the row.
+  with pytest.raises(InputError, match=r"'flaky_judge' returned nan for row 1"
+                     r" of 2 on this host \(prompt 'b:'"):
+    run(validation.checked_reward_fns([flaky_judge]))
+
+
 # --- Vocabulary ---------------------------------------------------------------
 
 

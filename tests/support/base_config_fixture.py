@@ -55,17 +55,23 @@ from typing import Any
 import yaml
 
 MESH = {"shape": "(4,1)", "axis_names": "('fsdp','tp')"}
+# Model and tokenizer of configs that are parsed and checked, never loaded:
+# a hub id (a local directory would be read as a checkpoint) and an existing
+# directory (the CLI refuses a missing local path; Tunix wants HF_TOKEN for a
+# hub tokenizer).
+MODEL_ID = "Qwen/Qwen3-0.6B"
+TOKENIZER_DIR = str(pathlib.Path(__file__).resolve().parent)
 # Overrides that make a colocated config (every role on the actor's mesh)
 # mcjax can run: the starting point of the CLI tests' config checks.
 COLOCATED = (
     "model_config.model_name=qwen3-0.6b",
-    "model_config.model_id=/models/qwen3-0.6b",
+    f"model_config.model_id={MODEL_ID}",
     "model_config.mesh.shape=(4,1)",
     "reference_model_config.mesh=null",
     "reference_model_config.same_mesh_as=actor",
     "rollout_model_config.mesh=null",
     "rollout_model_config.same_mesh_as=actor",
-    "tokenizer_config.tokenizer_path=/models/qwen3-0.6b",
+    f"tokenizer_config.tokenizer_path={TOKENIZER_DIR}",
     "batch_size=8",
 )
 

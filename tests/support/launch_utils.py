@@ -27,7 +27,7 @@ two lines inline) so a test can check afterwards, with
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import json
 import os
 import pathlib
@@ -268,3 +268,94 @@ def run_script_on_hosts(
                      devices_per_host=devices_per_host, timeout=timeout)
   assert_ok(res)
   return host_results(res, num_hosts)
+
+
+def steps_done(metrics: pathlib.Path) -> int:
+  """The last step a run's --metrics_out file records (0: none yet)."""
+  if not metrics.is_file():
+    return 0
+  # A line still being written does not count.
+  steps = [json.loads(line)["step"] for line in
+           metrics.read_text().splitlines() if line.strip().endswith("}")]
+  return max(steps, default=0)
+
+
+def descendants(pid: int) -> list[int]:
+  """Every live process below `pid` (a launcher's hosts and their workers)."""
+  children = _children_by_parent()
+  out, todo = [], [pid]
+  while todo:
+    for child in children.get(todo.pop(), []):
+      out.append(child)
+      todo.append(child)
+  return out
+
+
+def children(pid: int) -> list[int]:
+  """The live direct children of `pid` (a launcher's hosts)."""
+  return _children_by_parent().get(pid, [])
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+  children: dict[int, list[int]] = {}
+  for entry in pathlib.Path("/proc").iterdir():
+    if not entry.name.isdigit():
+      continue
+    try:
+      stat = (entry / "stat").read_text()
+    except OSError:
+      continue
+    # The command name may hold spaces; the fields after it do not.
+    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    children.setdefault(ppid, []).append(int(entry.name))
+  return children
+
+
+def run_killed_when(
+    cmd: Sequence[str],
+    ready: Callable[[], bool],
+    *,
+    log_path: pathlib.Path,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float = 600,
+    poll_s: float = 0.02,
+) -> None:
+  """Runs `cmd` and SIGKILLs the whole job as soon as `ready()` is true.
+
+  As a preempted job dies: SIGKILL to the command's process group; the
+  launcher's hosts (each in its own session) die with it through their
+  parent-death signal. Returns once every process of the job is gone, so
+  nothing writes to the job's directories any more. Fails the test if the
+  job ends, or `timeout_s` passes, before `ready()`.
+
+  Args:
+    cmd: The job's command (the example, or the CLI's recipe script).
+    ready: Polled every `poll_s` seconds while the job runs.
+    log_path: The job's stdout and stderr go here (shown on failure).
+    env: The job's environment (default: `launcher_env()`).
+    cwd: The job's working directory.
+    timeout_s: Give up (kill, fail) after this long.
+    poll_s: Polling interval.
+  """
+  require_markers("multihost", "e2e")
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(list(cmd), env=dict(env or launcher_env()),
+                            cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    job: list[int] = []
+    try:
+      while not ready():
+        assert proc.poll() is None, (
+            f"the job ended (status {proc.returncode}) before it was to be"
+            f" killed:\n{log_path.read_text()[-6000:]}")
+        assert time.monotonic() < deadline, (
+            f"the job was not ready to be killed in {timeout_s:g} s")
+        time.sleep(poll_s)
+    finally:
+      job = descendants(proc.pid)
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+  assert proc.returncode == -signal.SIGKILL, proc.returncode
+  assert_no_survivors(job, wait_s=10)

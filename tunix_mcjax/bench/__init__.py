@@ -14,7 +14,8 @@
 
 """Side-by-side benchmark of stock Tunix and the mcjax backend.
 
-`python -m tunix_mcjax.bench --mode quick|full` (or `make bench`) runs the
+`python -m tunix_mcjax.bench --mode quick|full|packing` (or `make bench`;
+packing: packed vs unpacked on GSM8K prompts) runs the
 arms of `arms.MODES[mode]` on identical work (`launches` each), then
 micro-benchmarks, and writes runs/bench/report.json, report.md,
 step_time.png, phases.png and breakdown.png. Modules: `arms` (what runs),

@@ -18,6 +18,7 @@ r"""Benchmark command line.
   python -m tunix_mcjax.bench --mode=full --out=runs/bench-full
   python -m tunix_mcjax.bench --mode=quick --arms=tunix-stock,mcjax-optimized \
       --steps=2 --nomicro                             # a short subset
+  python -m tunix_mcjax.bench --mode=packing          # GSM8K, packed vs not
 
 Exit status: 0 when every arm ran and the report was written, 1 otherwise
 (the report is written either way and names the failed arms).
@@ -41,6 +42,8 @@ _OUT = flags.DEFINE_string("out", "runs/bench", "Output folder.")
 _ARMS = flags.DEFINE_list("arms", [], "Run only these arms (default: all).")
 _STEPS = flags.DEFINE_integer("steps", None, "Override batches per pass.")
 _MICRO = flags.DEFINE_boolean("micro", True, "Run the micro-benchmarks.")
+_LAUNCHES = flags.DEFINE_integer(
+    "launches", None, "Override launches per arm (the verdict needs 3).")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -56,6 +59,8 @@ def main(argv: Sequence[str]) -> None:
   if _STEPS.value is not None:
     mode = dataclasses.replace(
         mode, workload=dataclasses.replace(mode.workload, steps=_STEPS.value))
+  if _LAUNCHES.value is not None:
+    mode = dataclasses.replace(mode, launches=_LAUNCHES.value)
   out = pathlib.Path(_OUT.value)
   report = harness.run_bench(mode, out, with_micro=_MICRO.value)
   print((out / "report.md").read_text(), flush=True)

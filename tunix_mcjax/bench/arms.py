@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Any
 
 # The baseline: Tunix exactly as a Tunix user runs it.
@@ -24,6 +25,9 @@ BASELINE = "tunix-stock"
 # Stock Tunix cluster with mcjax's placement-invariant engine: draws the same
 # samples as the mcjax arms (the equivalence-style comparison).
 INVARIANT = "tunix-invariant"
+# GSM8K's training split in the shared data folder beside the checkout.
+GSM8K_TRAIN = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+               / "gsm8k" / "train.jsonl")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,6 +48,8 @@ class Arm:
       False: mcjax's placement-invariant native engine inside the stock
       cluster (per-row sampling keys, one weight copy per step), which draws
       the same samples as the mcjax arms.
+    max_seq_token_per_tpu: mcjax only: sequence packing into rows of this
+      many tokens (`tunix_mcjax.packing`); None: unpacked.
   """
 
   name: str
@@ -52,6 +58,7 @@ class Arm:
   devices_per_host: int
   profile: str | None = None
   stock_rollout: bool = False
+  max_seq_token_per_tpu: int | None = None
 
   def __post_init__(self):
     if self.backend not in ("tunix", "mcjax"):
@@ -64,6 +71,9 @@ class Arm:
       raise ValueError(f"mcjax arm {self.name} needs a profile.")
     if self.stock_rollout and self.backend != "tunix":
       raise ValueError("stock_rollout is Tunix's own rollout: backend tunix.")
+    if self.max_seq_token_per_tpu is not None and self.backend != "mcjax":
+      raise ValueError(f"Arm {self.name}: packing (max_seq_token_per_tpu)"
+                       " runs under mcjax only; use backend mcjax.")
 
   def describe(self) -> str:
     """One line for the report: what this arm runs."""
@@ -72,7 +82,10 @@ class Arm:
           "its vanilla rollout sharing the actor's weights (stock)"
           if self.stock_rollout else
           "mcjax's placement-invariant engine (weight copy per step)"))
-    return f"mcjax, {self.num_hosts} host(s), profile {self.profile}"
+    packed = ("" if self.max_seq_token_per_tpu is None else
+              f", packed into rows of {self.max_seq_token_per_tpu} tokens")
+    return (f"mcjax, {self.num_hosts} host(s), profile {self.profile}"
+            + packed)
 
   @property
   def total_devices(self) -> int:
@@ -84,6 +97,8 @@ class Arm:
     if self.profile:
       flags.append(f"--profile={self.profile}")
     flags.append("--engine=" + ("vanilla" if self.stock_rollout else "native"))
+    if self.max_seq_token_per_tpu is not None:
+      flags.append(f"--max_seq_token_per_tpu={self.max_seq_token_per_tpu}")
     return flags
 
 
@@ -102,6 +117,10 @@ class Workload:
     seed: model, data and sampling seed.
     dataset: "toy" or "gsm8k:PATH".
     max_prompt_length: tokens the sampler pads prompts to.
+    learner: Tunix's learner ("grpo", "dapo": token-mean, which packing
+      needs; "drgrpo").
+    skip_long_prompts: drop prompts longer than max_prompt_length from the
+      dataset (GSM8K) instead of refusing them.
   """
 
   steps: int
@@ -113,6 +132,8 @@ class Workload:
   seed: int = 0
   dataset: str = "toy"
   max_prompt_length: int = 4
+  learner: str = "grpo"
+  skip_long_prompts: bool = False
 
   def __post_init__(self):
     if self.steps < 1 or self.passes < 1:
@@ -223,6 +244,41 @@ MODES = {
         launches=3,
     ),
 }
+
+
+def packing_arms(total_devices: int, budget: int) -> tuple[Arm, ...]:
+  """The same DAPO job on 2 hosts, unpacked and packed (`budget` tokens per
+  packed row); the unpacked arm is the baseline of the pair."""
+  return (
+      Arm(name="mcjax-dapo", backend="mcjax", num_hosts=2,
+          devices_per_host=total_devices // 2, profile="optimized"),
+      Arm(name="mcjax-dapo-packed", backend="mcjax", num_hosts=2,
+          devices_per_host=total_devices // 2, profile="optimized",
+          max_seq_token_per_tpu=budget),
+  )
+
+
+# Packing on GSM8K prompts (char-level tokens of the tiny model: 196-987 per
+# prompt, median ~345; those over 512 (8%) are dropped). Packed rows hold
+# twice the unpacked row's width. Token-mean loss (DAPO), which packing
+# needs; both arms run it. One device per host: K is rounded up to a host's
+# data-parallel devices, and with 2 per host (8 rows each here) K = 4 rows
+# of twice the width are exactly the unpacked slots (docs/benchmarks.md).
+PACKING_PROMPT_LENGTH = 512
+PACKING_NEW_TOKENS = 16
+MODES["packing"] = BenchMode(
+    name="packing",
+    arms=packing_arms(
+        2, budget=2 * (PACKING_PROMPT_LENGTH + PACKING_NEW_TOKENS)),
+    workload=Workload(steps=4, batch_size=4, num_generations=4,
+                      max_new_tokens=PACKING_NEW_TOKENS,
+                      max_prompt_length=PACKING_PROMPT_LENGTH,
+                      dataset=f"gsm8k:{GSM8K_TRAIN}", learner="dapo",
+                      skip_long_prompts=True),
+    micro=None,
+    arm_timeout_s=900,
+    launches=3,
+)
 
 # Ratios reported besides "each arm vs the baseline": (baseline, other).
 EXTRA_COMPARISONS = (

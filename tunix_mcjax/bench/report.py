@@ -70,8 +70,32 @@ def work_extras(scored: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   per arm ("Work" table), e.g. the padded-token share of sequence packing.
   """
   tokens = [step_tokens(r) for r in scored]
-  return {"completion_tokens_per_step": float(np.mean(tokens))
-          if tokens else None}
+  unpacked = _shares(scored, "unpacked_padded_token_share")
+  packed = _shares(scored, "padded_token_share")
+  return {
+      "completion_tokens_per_step": float(np.mean(tokens))
+                                    if tokens else None,
+      # The token slots the train step computed over that hold no token the
+      # loss reads: packed rows' padding with packing, else the unpacked
+      # batch's (prompt and completion padding as Tunix pads them). Mean
+      # over scored steps.
+      "padded_token_share": packed if packed is not None else unpacked,
+      "packed": packed is not None,
+      # What the same rows pad unpacked (with packing: the comparison).
+      "unpacked_padded_token_share": unpacked,
+  }
+
+
+def _shares(scored: Sequence[Mapping[str, Any]], key: str) -> float | None:
+  """Mean of a per-step share over the steps; None unless every step has it.
+
+  A share some steps lack would mix packed and unpacked steps (or steps of
+  a run that did not record it), so it is refused as a whole.
+  """
+  xs = [r.get(key) for r in scored]
+  if not xs or any(x is None for x in xs):
+    return None
+  return float(np.mean(xs))
 
 
 def _startup_and_compile(records: Sequence[Mapping[str, Any]],
@@ -221,6 +245,10 @@ def summarize_arm(
   out["work"] = next(p["work"] for p in per if "work" in p)
   out["work_extras"] = next(p["work_extras"] for p in per
                             if "work_extras" in p)
+  pads = [p["work_extras"]["padded_token_share"] for p in per
+          if p.get("work_extras", {}).get("padded_token_share") is not None]
+  out["work_extras"] = dict(out["work_extras"]) | {
+      "padded_token_share_by_launch": pads}
   return out
 
 
@@ -483,18 +511,27 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines.append(f"| {name} | {'n/a' if su is None else f'{su:.1f}'} |"
                  f" {'n/a' if co is None else f'{co:.2f}'} |")
   lines += ["", "## Work per arm (scored steps, first launch)", "",
+            "padded-token share: token slots of the train batch that hold no"
+            " token the loss reads (packed rows with packing, else prompt and"
+            " completion padding as Tunix pads them); unpacked: the same rows"
+            " without packing.", "",
             "| arm | mean length | longest | truncated share |"
-            " completion tokens per step |", "|---|---|---|---|---|"]
+            " completion tokens per step | padded-token share |"
+            " unpacked padded-token share |", "|---|---|---|---|---|---|---|"]
   for name, a in report["arms"].items():
     w, x = a.get("work"), a.get("work_extras") or {}
     if not w:
       continue
     tr = w.get("truncated_share")
     tok = x.get("completion_tokens_per_step")
+    pad, unp = x.get("padded_token_share"), x.get("unpacked_padded_token_share")
+    pad_s = "n/a" if pad is None else (
+        f"{pad:.3f}" + (" (packed)" if x.get("packed") else ""))
     lines.append(
         f"| {name} | {w['mean_length']:.2f} | {w['longest']:.0f} |"
         f" {'n/a' if tr is None else f'{tr:.2f}'} |"
-        f" {'n/a' if tok is None else f'{tok:.0f}'} |")
+        f" {'n/a' if tok is None else f'{tok:.0f}'} | {pad_s} |"
+        f" {'n/a' if unp is None else f'{unp:.3f}'} |")
   lines += ["", "## Step breakdown from the profiler traces (traced step"
             f" {proto.get('traced_step')}, slowest host)", "",
             "compute: devices busy outside collectives; collective: devices"

@@ -17,8 +17,10 @@
 `python -m tunix_mcjax.cli.grpo_main` takes the arguments of Tunix's
 `python -m tunix.cli.grpo_main` plus `--backend={tunix,mcjax}`.
 
-- `grpo_main`: the flags, the entry point and Tunix's pipeline with the
-  cluster backend swapped in.
+- `grpo_main`: the entry point and Tunix's pipeline with the cluster
+  backend swapped in.
+- `cli_flags`: the absl flags it adds (defined on import) and
+  `options_from_flags`.
 - `options`: what the CLI adds to Tunix's config (`CliOptions`) and its
   error type.
 - `base_config`: resolves Tunix's `base_config.yaml` argument.

@@ -79,13 +79,14 @@ def _looks_like_path(value: Any) -> bool:
 
 
 def missing_local_inputs(config: Mapping[str, Any]) -> list[str]:
-  """Local dataset paths in Tunix's GRPO config that do not exist.
+  """Local dataset, model and tokenizer paths in Tunix's GRPO config that do
+  not exist.
 
   Only values that are clearly local paths (absolute, ./, ../, ~) are
-  checked: a hub dataset name is Tunix's to resolve. (A `model_id` that is
-  not a local directory is a hub id to Tunix.) Needs no device,
-  so the CLI reports these before any host starts instead of every host
-  failing in Tunix's loaders.
+  checked: a hub name (a dataset, a Hugging Face `model_id` or tokenizer) is
+  Tunix's to resolve; a missing local path would be taken for one and fail
+  in every host's loader. Needs no device, so the CLI reports these before
+  any host starts.
 
   Args:
     config: Tunix's parsed GRPO config.
@@ -101,6 +102,20 @@ def missing_local_inputs(config: Mapping[str, Any]) -> list[str]:
     checks.append(("data_directory", config.get("data_directory"), True))
   elif source == "huggingface" and _looks_like_path(config.get("dataset_name")):
     checks.append(("dataset_name", config.get("dataset_name"), False))
+  # Every role inherits model_config's model_id unless it sets its own: name
+  # each missing path once, under the first section that holds it.
+  seen = set()
+  for section in ("model_config", "actor_model_config",
+                  "reference_model_config", "rollout_model_config"):
+    model = config.get(section) or {}
+    model_id = model.get("model_id")
+    if (model.get("model_source", "huggingface") == "huggingface"
+        and _looks_like_path(model_id) and model_id not in seen):
+      seen.add(model_id)
+      checks.append((f"{section}.model_id", model_id, False))
+  tokenizer_path = (config.get("tokenizer_config") or {}).get("tokenizer_path")
+  if _looks_like_path(tokenizer_path):
+    checks.append(("tokenizer_config.tokenizer_path", tokenizer_path, False))
   problems = []
   for key, value, required in checks:
     if not value:

@@ -90,109 +90,17 @@ from tunix_mcjax import telemetry
 from tunix_mcjax.telemetry import stock as telemetry_stock
 from tunix_mcjax.cli import base_config
 from tunix_mcjax.cli import checkpoints
+from tunix_mcjax.cli import cli_flags
 from tunix_mcjax.cli import data
-from tunix_mcjax.cli.options import BACKENDS
 from tunix_mcjax.cli.options import CliOptions
 from tunix_mcjax.cli.options import ConfigError
 from tunix_mcjax.compat import tunix_cli
 
 check_tunix_seams = tunix_cli.check_tunix_seams
-
-_LOCAL_SIM_NUM_HOSTS = 2
-
-_BACKEND = flags.DEFINE_enum(
-    "backend",
-    BACKENDS[0],
-    list(BACKENDS),
-    "RL cluster backend: 'tunix' (stock, single controller) or 'mcjax' (one"
-    " process per host).",
-)
-_NUM_HOSTS = flags.DEFINE_integer(
-    "num_hosts",
-    None,
-    "mcjax local simulation only (no cluster detected): number of host"
-    f" processes to start on this machine (default {_LOCAL_SIM_NUM_HOSTS}).",
-)
-_DEVICES_PER_HOST = flags.DEFINE_integer(
-    "devices_per_host",
-    None,
-    "mcjax local simulation only: fake CPU devices per host (default: the"
-    " size of actor_model_config.mesh divided by --num_hosts).",
-)
-_TIMEOUT = flags.DEFINE_integer(
-    "timeout",
-    3600,
-    "mcjax local simulation only: stop all hosts after this many seconds.",
-)
-_METRICS_OUT = flags.DEFINE_string(
-    "metrics_out",
-    None,
-    "Append one JSON object per GRPO step (step, reward_mean, loss, ...) to"
-    " this file (host 0 writes).",
-)
-_REWARD_WORKERS = flags.DEFINE_integer(
-    "reward_workers",
-    0,
-    "Score the reward functions in a per-host pool of this many worker"
-    " processes (functions must be picklable); 0: in-process (stock).",
-)
-_PLACEMENT_INVARIANT = flags.DEFINE_bool(
-    "placement_invariant_sampling",
-    False,
-    "tunix backend only, for comparisons with mcjax: sample with the mcjax"
-    " native engine and per-row keys, and drop a final partial batch. Off:"
-    " the stock engine named by `rollout_engine`.",
-)
-_ENGINE = flags.DEFINE_string(
-    "engine",
-    None,
-    "mcjax only: the mcjax rollout engine by registered name (native, vllm ="
-    " PyTorch vLLM, vllm_tpu). Default: `rollout_engine` in Tunix's meaning"
-    " (vanilla = native; Tunix's vllm and sglang_jax are refused, naming the"
-    " engine to pass here).",
-)
-_PROFILE = flags.DEFINE_enum(
-    "profile",
-    None,
-    ["base", "optimized"],
-    "mcjax only: host-side optimizations; base = O1-O4 off, optimized = all"
-    " on; unset = the backend's defaults (only O4 on). The switches below"
-    " override it.",
-)
-_ASYNC_METRICS = flags.DEFINE_boolean(
-    "async_metrics", None,
-    "mcjax only, O1: export metrics on a background thread.",
-)
-_FREEZE_GC = flags.DEFINE_boolean(
-    "freeze_gc", None,
-    "mcjax only, O2: gc.freeze() after warm-up; no full collect per step.",
-)
-_BALANCE_ADMISSION = flags.DEFINE_boolean(
-    "balance_admission", None,
-    "mcjax only, O3: deal prompts to hosts balanced by prompt length.",
-)
-_PUBLISH_IN_ONE_CALL = flags.DEFINE_boolean(
-    "publish_in_one_call", None,
-    "mcjax only, O4: publish all weights in one call (else one per"
-    " parameter).",
-)
-_MESH = flags.DEFINE_enum(
-    "mesh",
-    None,
-    list(support.MESH_KINDS),
-    "mcjax only: the trainer mesh. fsdp = actor_model_config.mesh's (fsdp,"
-    " tp) over every device; hsdp = data-parallel across hosts x (fsdp, tp)"
-    " within a host; auto (default) = fsdp when it divides the model's"
-    " widths (read from a local checkpoint's config.json), else hsdp. A"
-    " 3-axis (data, fsdp, tp) actor mesh is hsdp.",
-)
-_RUN_EVAL = flags.DEFINE_bool(
-    "run_eval",
-    False,
-    "Evaluate on Tunix's test split (the batches after `train_fraction`,"
-    " every `eval_every_n_steps`), under either backend; Tunix's own"
-    " grpo_main discards that split. Off: stock behaviour.",
-)
+# The flags are defined in cli_flags; `--help` lists them as this entry
+# point's own, and callers read them here as options.
+flags.adopt_module_key_flags(cli_flags)
+options_from_flags = cli_flags.options_from_flags
 
 
 # --- mcjax configuration checks -----------------------------------------------
@@ -646,7 +554,7 @@ def _run_pipeline(argv: list[str], options: CliOptions) -> None:
 
 
 def _main_tunix(argv: list[str], options: CliOptions) -> None:
-  if _NUM_HOSTS.present or _DEVICES_PER_HOST.present:
+  if cli_flags.NUM_HOSTS.present or cli_flags.DEVICES_PER_HOST.present:
     logging.warning(
         "--num_hosts/--devices_per_host only apply to --backend=mcjax; the"
         " tunix backend runs as one process on this machine's devices."
@@ -661,14 +569,14 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
   """Checks the config here, then re-runs this command as N local hosts."""
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
 
-  num_hosts = (
-      _LOCAL_SIM_NUM_HOSTS if _NUM_HOSTS.value is None else _NUM_HOSTS.value
-  )
+  num_hosts = cli_flags.NUM_HOSTS.value
+  if num_hosts is None:
+    num_hosts = cli_flags.LOCAL_SIM_NUM_HOSTS
   try:
     devices_per_host = check_mcjax_config(
         GrpoCliPipeline(argv, options=options),
         num_hosts=num_hosts,
-        devices_per_host=_DEVICES_PER_HOST.value,
+        devices_per_host=cli_flags.DEVICES_PER_HOST.value,
     )
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
@@ -676,7 +584,7 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
       sys.argv[1:],
       num_hosts=num_hosts,
       devices_per_host=devices_per_host,
-      timeout_s=_TIMEOUT.value,
+      timeout_s=cli_flags.TIMEOUT.value,
       fresh_files=[options.metrics_out],
       note=f"backend={options.backend}",
   )
@@ -707,24 +615,6 @@ def _run_pipeline_or_fail(argv: list[str], options: CliOptions) -> None:
     _run_pipeline(argv, options)
   except validation.InputError as e:
     _fail(str(e))
-
-
-def options_from_flags() -> CliOptions:
-  """This entry point's options from its parsed flags; ConfigError if bad."""
-  return CliOptions(
-      backend=_BACKEND.value,
-      metrics_out=_METRICS_OUT.value,
-      placement_invariant_sampling=_PLACEMENT_INVARIANT.value,
-      engine=_ENGINE.value,
-      profile=_PROFILE.value,
-      async_metrics=_ASYNC_METRICS.value,
-      freeze_gc=_FREEZE_GC.value,
-      balance_admission=_BALANCE_ADMISSION.value,
-      publish_in_one_call=_PUBLISH_IN_ONE_CALL.value,
-      run_eval=_RUN_EVAL.value,
-      mesh=_MESH.value,
-      reward_workers=_REWARD_WORKERS.value,
-  )
 
 
 def main(argv: Sequence[str]) -> None:

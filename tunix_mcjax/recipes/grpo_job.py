@@ -333,9 +333,13 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   roles = {compat.Role.ACTOR: mesh, compat.Role.ROLLOUT: mesh,
            compat.Role.REFERENCE: mesh}
   common = dict(actor=actor, reference=reference, tokenizer=tokenizer)
-  if cfg.backend == "mcjax":
+  if cfg.backend in ("mcjax", "mcjax_da"):
+    # The disaggregated backend also needs where its rollout hosts are and
+    # how stale their batches may be.
+    da = ({} if cfg.backend == "mcjax"
+          else dict(da=cfg.da_options(), num_generations=cfg.num_generations))
     cluster = tunix_mcjax.create_rl_cluster(
-        "mcjax",
+        cfg.backend,
         cluster_config=compat.ClusterConfig(
             role_to_mesh=roles,
             role_to_logical_axis_rule=axis_rules,
@@ -352,6 +356,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             engine_model=engine_model,
             checkpoint_fingerprint=cfg.checkpoint_fingerprint(),
         ),
+        **da,
         **common,
     )
     train_ds = cluster.shard_dataset(
@@ -475,9 +480,10 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     if host == 0:
       with open(os.path.join(cfg.dump_dir, "learner_metrics.json"), "w") as f:
         json.dump(learner_log.entries, f)
-    if cfg.lora_rank is not None:
+    if cfg.lora_rank is not None and cfg.backend != "mcjax_da":
       # What this host's engine holds after the last publication: tests
-      # check it has the trained adapters and the untouched base.
+      # check it has the trained adapters and the untouched base (under
+      # mcjax_da the engines live on the rollout hosts).
       np.savez(os.path.join(cfg.dump_dir, f"engine_params_host{host}.npz"),
                **_engine_params(cluster.rollout.model()))
     if host == 0:

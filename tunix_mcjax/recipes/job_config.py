@@ -125,6 +125,13 @@ class GrpoJobConfig:
   # tokens per packed row; None: no packing. mcjax only, with a token-mean
   # learner (--learner=dapo); see docs/cli.md.
   max_seq_token_per_tpu: int | None = None
+  # The disaggregated backend (mcjax_da; docs/disaggregated.md): trainer and
+  # rollout processes, how many policy versions a trained rollout may lag
+  # (0: synchronous) and the cap C of its truncated importance weights.
+  trainer_hosts: int = 1
+  rollout_hosts: int = 2
+  max_staleness: int = 1
+  is_cap: float = 2.0
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
@@ -185,8 +192,11 @@ class GrpoJobConfig:
       raise ValueError(
           f"num_generations must be >= 2 for GRPO, got {self.num_generations}."
       )
-    if self.learning_rate <= 0:
-      raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+    # 0 is allowed: a run whose policy never changes (e.g. checking that
+    # sampler and trainer log-probs agree).
+    if not self.learning_rate >= 0:
+      raise ValueError(
+          f"learning_rate must be >= 0, got {self.learning_rate}.")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype}.")
     if self.lora_rank is None:
@@ -217,6 +227,16 @@ class GrpoJobConfig:
           " here does not checkpoint."
       )
     self.checkpoint_config()  # Validates checkpoint_every and max_to_keep.
+    if self.backend == "mcjax_da":
+      self.da_options()  # Host counts, staleness and cap.
+
+  def da_options(self) -> Any:
+    """The disaggregated backend's `DaOptions` (validated)."""
+    from tunix_mcjax.da import options as da_options  # pylint: disable=g-import-not-at-top
+
+    return da_options.DaOptions(
+        trainer_hosts=self.trainer_hosts, rollout_hosts=self.rollout_hosts,
+        max_staleness=self.max_staleness, is_cap=self.is_cap)
 
   def checkpoint_config(self) -> Any:
     """The `checkpointing.CheckpointConfig`, or None (no checkpoints)."""
@@ -417,7 +437,17 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
     if cfg.engine not in names:
       problems.append(f"--engine={cfg.engine!r} is not a registered engine;"
                       f" use one of {names}.")
-  if cfg.backend == "mcjax":
+  if cfg.backend == "mcjax_da":
+    from tunix_mcjax.support import disaggregated  # pylint: disable=g-import-not-at-top
+
+    problems.extend(p.message for p in disaggregated.disaggregated_job(
+        trainer=cfg.trainer, engine=cfg.engine, batch_size=cfg.batch_size,
+        mini_batch_size=cfg.mini_batch_size,
+        micro_batch_size=cfg.micro_batch_size,
+        num_iterations=cfg.num_iterations, checkpoint_dir=cfg.checkpoint_dir,
+        max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
+        trainer_hosts=cfg.trainer_hosts))
+  if cfg.backend in ("mcjax", "mcjax_da"):
     for name, value in (("batch_size", cfg.batch_size),
                         ("mini_batch_size", cfg.mini_batch_size),
                         ("micro_batch_size", cfg.micro_batch_size)):

@@ -13,7 +13,8 @@
 # limitations under the License.
 
 """The trainer mesh: fsdp over every device, or hsdp (data across hosts, fsdp
-within), chosen from the model's widths before any host starts.
+within), chosen from the model's widths before any host starts; and the
+check of a config's actor mesh against the hosts (`mesh_layout`).
 
 Imports no JAX: `choose_mesh` runs in the process that launches the hosts.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import math
 from typing import Any
 
 from tunix_mcjax.support.problem import Problem
@@ -226,3 +228,65 @@ def config_mesh(
   return dataclasses.replace(
       choice, axis_names=names,
       batch_axes=names[:2] if choice.kind == "hsdp" else names[:1]), None
+
+
+def mesh_layout(
+    shape: Sequence[int], *, num_hosts: int, devices_per_host: int | None
+) -> tuple[int | None, Problem | None]:
+  """The actor mesh as `runtime.global_mesh` builds it, by host.
+
+  (fsdp, tp), or hsdp's (data, fsdp, tp) with data = hosts.
+
+  Args:
+    shape: `actor_model_config.mesh.shape`.
+    num_hosts: Hosts in the job.
+    devices_per_host: Devices per host; None derives it from `shape`.
+
+  Returns:
+    (devices per host or None, the problem or None). A tp group may not span
+    hosts, so tp must divide a host's devices.
+  """
+  shape = tuple(shape)
+  total = math.prod(shape)
+  where = f"actor_model_config.mesh.shape={shape}"
+  if len(shape) == 3:
+    # hsdp: (data, fsdp, tp) with data = hosts (runtime.global_mesh kind).
+    if shape[0] != num_hosts:
+      return devices_per_host, Problem(
+          message=f"{where}: a 3-axis (data, fsdp, tp) mesh is hsdp and its"
+          f" data axis must equal the {num_hosts} hosts; use shape="
+          f"'({num_hosts},F,T)' with F x T = the devices of one host.",
+      )
+    if devices_per_host is None:
+      devices_per_host = shape[1] * shape[2]
+    if shape[1] * shape[2] != devices_per_host:
+      return devices_per_host, Problem(
+          message=f"{where}: fsdp x tp = {shape[1] * shape[2]} must equal the"
+          f" {devices_per_host} devices of a host.",
+      )
+    return devices_per_host, None
+  if len(shape) != 2:
+    return devices_per_host, Problem(
+        message=f"{where}: mcjax needs a 2-axis (fsdp, tp) mesh, e.g."
+        " shape='(8,1)' axis_names=\"('fsdp','tp')\", or a 3-axis hsdp"
+        " (data, fsdp, tp) mesh with data = hosts.",
+    )
+  if devices_per_host is None:
+    if total % num_hosts:
+      return None, Problem(
+          message=f"{where} has {total} devices, which do not divide over"
+          f" {num_hosts} hosts.",
+      )
+    devices_per_host = total // num_hosts
+  if total != num_hosts * devices_per_host:
+    return devices_per_host, Problem(
+        message=f"{where} has {total} devices but the job has {num_hosts}"
+        f" hosts x {devices_per_host} devices ="
+        f" {num_hosts * devices_per_host}; make them equal.",
+    )
+  if devices_per_host % shape[1]:
+    return devices_per_host, Problem(
+        message=f"{where}: tp={shape[1]} must divide the {devices_per_host}"
+        " devices of a host (a tp group may not span hosts).",
+    )
+  return devices_per_host, None

@@ -39,3 +39,10 @@ class Problem:
 
   def raise_(self) -> None:
     raise self.error(self.message)
+
+
+def raise_first(*problems: Problem | None) -> None:
+  """Raises the first of `problems` that is not None (the cluster's view)."""
+  for problem in problems:
+    if problem is not None:
+      problem.raise_()

@@ -93,10 +93,48 @@ HOST_FIELDS = (
     "packed_rows",
     "packed_tokens",
     "packed_slots",
+    # The train batch as the learner hands it over (unpacked, padded as Tunix
+    # pads it): tokens the loss reads and token slots (`train_batch_tokens`).
+    "train_tokens",
+    "train_slots",
 )
 _F = {name: i for i, name in enumerate(HOST_FIELDS)}
 _GEN_KEYS = ("rows", "tokens", "max_len", "truncated", "decode_iterations")
 _PACK_KEYS = ("local_rows", "rows", "real_tokens", "slots")
+
+
+def train_batch_tokens(examples: Any) -> tuple[int, int]:
+  """Tokens the loss reads and token slots of an unpacked train batch.
+
+  Slots: rows x (prompt width + completion width), the padded layout Tunix
+  trains on. Tokens: per row, its prompt tokens (prompt mask) plus its
+  completion up to the last loss-bearing token (completion mask); a row
+  without any counts none. The same count as sequence packing's real tokens
+  (`packing.PackStats.real_tokens`), so the two padded shares compare.
+
+  Args:
+    examples: TrainExamples (or one), each with [rows, width] `prompt_mask`
+      and `completion_mask`.
+
+  Returns:
+    (tokens, slots).
+  """
+  if not isinstance(examples, (list, tuple)):
+    examples = [examples]
+  tokens = slots = 0
+  for ex in examples:
+    if getattr(ex, "segment_ids", None) is not None:
+      continue  # Packed already: counted by `StepClock.add_packing`.
+    p_mask = np.asarray(ex.prompt_mask).astype(bool)
+    c_mask = np.asarray(ex.completion_mask).astype(bool)
+    rows = c_mask.shape[0]
+    slots += rows * (p_mask.shape[1] + c_mask.shape[1])
+    # Index of the last loss-bearing token + 1 (0 for a row without any).
+    width = c_mask.shape[1]
+    last = np.where(c_mask.any(axis=1),
+                    width - np.argmax(c_mask[:, ::-1], axis=1), 0)
+    tokens += int(np.where(last > 0, p_mask.sum(axis=1) + last, 0).sum())
+  return tokens, slots
 
 
 def generation_stats(
@@ -164,6 +202,7 @@ class StepClock:
     self.gen = {k: 0 for k in _GEN_KEYS}
     self.publish_calls = 0
     self.packing = {k: 0 for k in _PACK_KEYS}
+    self.train = {"tokens": 0, "slots": 0}
     self.reward_means: list[float] = []
     self.len_means: list[float] = []
     self._gc_at_start = _gc_counts(self._gc_policy)
@@ -207,6 +246,15 @@ class StepClock:
     self.packing["rows"] += stats.rows
     self.packing["real_tokens"] += stats.real_tokens
     self.packing["slots"] += stats.slots
+    # The same rows unpacked (the learner hands the packed batch over).
+    self.train["tokens"] += stats.real_tokens
+    self.train["slots"] += stats.unpacked_slots
+
+  def add_train_batch(self, examples: Any) -> None:
+    """Counts one `update_actor` call's train batch (`train_batch_tokens`)."""
+    tokens, slots = train_batch_tokens(examples)
+    self.train["tokens"] += tokens
+    self.train["slots"] += slots
 
   def add_learner_metrics(self, metrics: Mapping[str, Any]) -> None:
     """Reads the mean reward and completion length a learner buffers."""
@@ -257,6 +305,8 @@ class StepClock:
         "packed_rows": self.packing["rows"],
         "packed_tokens": self.packing["real_tokens"],
         "packed_slots": self.packing["slots"],
+        "train_tokens": self.train["tokens"],
+        "train_slots": self.train["slots"],
     }
     # float32: what the mcjax gather carries; ample for seconds and counts.
     return np.array([values[f] for f in HOST_FIELDS], dtype=np.float32)
@@ -284,6 +334,9 @@ class StepMeta:
   prompts_digest: str | None
   publish_bytes: int | None
   optimizations: dict[str, bool] | None
+  # Backend-specific fields, added to the record's top level (e.g. the
+  # disaggregated mode's policy_version and staleness).
+  extras: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -322,6 +375,11 @@ class StepRecord:
       padding, over all hosts (None: no packing).
     host_packed_rows: each host's packed rows before the agreement on K,
       summed over the step's micro-batches (None: no packing).
+    unpacked_padded_token_share: share of the unpacked train batch's token
+      slots (rows x (prompt + completion width), as Tunix pads them) that
+      hold no token the loss reads (`train_batch_tokens`), over all hosts;
+      with packing, what the same rows would have padded unpacked (None:
+      no train batch seen).
   """
 
   step: int
@@ -350,9 +408,19 @@ class StepRecord:
   exported_on: str
   padded_token_share: float | None = None
   host_packed_rows: list[int] | None = None
+  unpacked_padded_token_share: float | None = None
+
+  # Backend-specific fields (`StepMeta.extras`), at the JSON's top level.
+  extras: dict[str, Any] | None = None
 
   def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    out = dataclasses.asdict(self)
+    extras = out.pop("extras") or {}
+    clash = set(extras) & set(out)
+    if clash:
+      raise ValueError(f"Step record extras shadow fields {sorted(clash)}.")
+    out.update(extras)
+    return out
 
 
 def _mean_or_none(x: np.ndarray) -> float | None:
@@ -387,6 +455,7 @@ def build_record(
   per_iter = np.where(iters > 0, gen_s / np.maximum(iters, 1), np.nan)
   # float32 counts stay exact below 2**24 (tokens of one step, per host).
   slots = float(col("packed_slots").sum())
+  train_slots = float(col("train_slots").sum())
   return StepRecord(
       step=int(meta.step),
       backend=meta.backend,
@@ -430,6 +499,7 @@ def build_record(
           "full_collections": int(col("gc_full_collections").max()),
       },
       optimizations=meta.optimizations,
+      extras=dict(meta.extras) if meta.extras else None,
       exported_on=(
           threading.current_thread().name if exported_on is None
           else exported_on
@@ -439,6 +509,10 @@ def build_record(
       ),
       host_packed_rows=(
           [int(x) for x in col("packed_rows_local")] if slots else None
+      ),
+      unpacked_padded_token_share=(
+          1.0 - float(col("train_tokens").sum()) / train_slots
+          if train_slots else None
       ),
   )
 

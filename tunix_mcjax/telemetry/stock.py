@@ -98,7 +98,8 @@ class StockClusterRecorder:
     self._wrap("generate", "generate", self._after_generate)
     self._wrap("get_ref_per_token_logps", "logps")
     self._wrap("get_old_per_token_logps", "logps")
-    self._wrap("update_actor", "train", self._after_update)
+    self._wrap("update_actor", "train", self._after_update,
+               before=self._before_update)
     self._wrap("sync_weights", "publish", self._after_sync)
     buffer_metrics = cluster.buffer_metrics
 
@@ -129,11 +130,13 @@ class StockClusterRecorder:
       return True
     return False
 
-  def _wrap(self, name: str, phase: str, after=None) -> None:
+  def _wrap(self, name: str, phase: str, after=None, before=None) -> None:
     inner = getattr(self._cluster, name)
 
     @functools.wraps(inner)
     def timed(*args, **kwargs):
+      if before is not None:
+        before(args, kwargs)
       with self.step_clock.phase(phase):
         out = inner(*args, **kwargs)
         if after is not None:
@@ -158,6 +161,13 @@ class StockClusterRecorder:
     self.step_clock.add_generation(stats)
     if self._take_rows and self._ledger is not None:
       self._ledger.take(stats["rows"])
+
+  def _before_update(self, args: tuple[Any, ...],
+                     kwargs: Mapping[str, Any]) -> None:
+    # update_actor(train_ds, eval_ds, skip_jit): the train batch, unpacked.
+    train_ds = args[0] if args else kwargs.get("train_ds")
+    if train_ds is not None:
+      self.step_clock.add_train_batch(train_ds)
 
   def _after_update(self, out: Any, kwargs: Mapping[str, Any]) -> None:
     del out, kwargs

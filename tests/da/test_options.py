@@ -1,0 +1,75 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""DaOptions, the disaggregated rules and the job's refusals."""
+
+from absl.testing import absltest
+
+from tunix_mcjax.da import options
+from tunix_mcjax.recipes import grpo_job
+from tunix_mcjax.recipes import validation
+
+
+class DaOptionsTest(absltest.TestCase):
+
+  def test_rollout_hosts_are_dealt_to_trainer_hosts(self):
+    opts = options.DaOptions(trainer_hosts=2, rollout_hosts=4)
+    self.assertEqual(opts.rollout_actor_names(0),
+                     ["mcjax_da_rollout_0", "mcjax_da_rollout_1"])
+    self.assertEqual(opts.rollout_actor_names(1),
+                     ["mcjax_da_rollout_2", "mcjax_da_rollout_3"])
+
+  def test_bad_values_are_refused(self):
+    for kwargs, message in (
+        (dict(trainer_hosts=0), "trainer_hosts must be"),
+        (dict(trainer_hosts=2, rollout_hosts=3), "multiple of trainer_hosts"),
+        (dict(max_staleness=-1), "max_staleness must be"),
+        (dict(is_cap=0.5), "is_cap must be >= 1"),
+        (dict(timeout_s=0), "timeout_s must be"),
+    ):
+      with self.subTest(kwargs=kwargs):
+        with self.assertRaisesRegex(ValueError, message):
+          options.DaOptions(**kwargs)
+
+
+class DisaggregatedJobTest(absltest.TestCase):
+
+  def test_job_config_validates_its_da_options(self):
+    with self.assertRaisesRegex(ValueError, "multiple of trainer_hosts"):
+      grpo_job.GrpoJobConfig(backend="mcjax_da", trainer_hosts=2,
+                             rollout_hosts=3)
+    cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", max_staleness=0)
+    self.assertEqual(cfg.da_options().max_staleness, 0)
+
+  def test_unsupported_settings_are_refused_before_hosts_start(self):
+    for kwargs, message in (
+        (dict(mini_batch_size=4, batch_size=8), "one optimizer update"),
+        (dict(num_iterations=2), "num_iterations=1"),
+        (dict(engine="vllm"), "rollout hosts run"),
+        (dict(batch_size=6, trainer_hosts=4, rollout_hosts=4),
+         "does not divide over --trainer_hosts"),
+    ):
+      with self.subTest(kwargs=kwargs):
+        cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", **kwargs)
+        with self.assertRaisesRegex(validation.InputError, message):
+          grpo_job.check_job(cfg, num_hosts=cfg.trainer_hosts,
+                             devices_per_host=2)
+
+  def test_a_supported_job_passes(self):
+    cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", batch_size=4)
+    grpo_job.check_job(cfg, num_hosts=1, devices_per_host=2)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,35 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""A trainer host of the disaggregated mode, as a Ray actor runs it.
+
+Kept apart from `launcher` so that a trainer process imports only what it
+runs: the GRPO job as one process of the trainers' multi-controller JAX
+program (its environment, set by the launcher, names the coordinator).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TrainerHost:
+  """One trainer process; `run` runs the job as host JAX_PROCESS_ID."""
+
+  def run(self, job: Any) -> dict[str, Any]:
+    from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
+
+    summary = grpo_job.run(job)
+    return {k: summary[k] for k in ("backend", "num_hosts", "steps",
+                                    "wall_s", "records")}

@@ -1,0 +1,74 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""What the disaggregated backend ("mcjax_da") can run today.
+
+One function per rule, each returning a `Problem` (or None), called before
+any host or Ray process starts (`recipes.job_config.check_job`) so that a
+refused setting costs one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+from tunix_mcjax.support.problem import Problem
+
+# Engines the rollout hosts can run in the main environment.
+ROLLOUT_ENGINES = ("native", "vanilla")
+
+
+def disaggregated_job(
+    *,
+    trainer: str,
+    engine: str,
+    batch_size: int,
+    mini_batch_size: int | None,
+    micro_batch_size: int | None,
+    num_iterations: int,
+    checkpoint_dir: str | None,
+    max_seq_token_per_tpu: int | None,
+    trainer_hosts: int,
+) -> list[Problem]:
+  """Every setting the disaggregated schedule does not support yet."""
+  problems = []
+  if trainer != "tunix":
+    problems.append(Problem(message=(
+        f"--backend=mcjax_da trains Tunix models only for now; got"
+        f" --trainer={trainer} (use --backend=mcjax for MaxText).")))
+  if engine not in ROLLOUT_ENGINES:
+    problems.append(Problem(message=(
+        f"--backend=mcjax_da rollout hosts run {list(ROLLOUT_ENGINES)} for"
+        f" now; got --engine={engine}.")))
+  if any(x not in (None, batch_size)
+         for x in (mini_batch_size, micro_batch_size)):
+    problems.append(Problem(message=(
+        "--backend=mcjax_da makes one optimizer update per batch for now"
+        " (each batch's policy version is checked against one update):"
+        " leave --mini_batch_size and --micro_batch_size unset.")))
+  if num_iterations != 1:
+    problems.append(Problem(message=(
+        f"--backend=mcjax_da needs --num_iterations=1 for now, got"
+        f" {num_iterations}.")))
+  if checkpoint_dir is not None:
+    problems.append(Problem(message=(
+        "--backend=mcjax_da does not checkpoint yet: drop --checkpoint_dir"
+        " (or use --backend=mcjax).")))
+  if max_seq_token_per_tpu is not None:
+    problems.append(Problem(message=(
+        "--backend=mcjax_da does not pack sequences yet: drop"
+        " --max_seq_token_per_tpu.")))
+  if batch_size % trainer_hosts:
+    problems.append(Problem(message=(
+        f"--batch_size={batch_size} does not divide over"
+        f" --trainer_hosts={trainer_hosts}.")))
+  return problems

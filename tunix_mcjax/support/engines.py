@@ -1,0 +1,162 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Engine rules: what a `rollout_engine` name means under mcjax, and the
+engines a MaxText trainer publishes into.
+
+Imports no JAX: the CLI checks them before any host starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from tunix_mcjax.support.problem import Problem
+
+# Tunix's name of its own engine; under mcjax it means the native engine.
+VANILLA_ENGINE = "vanilla"
+
+# Tunix's rollout_engine names -> why mcjax cannot take each as it means in
+# Tunix, and the mcjax engine to name instead (None: the name is honoured).
+TUNIX_ENGINES = {
+    VANILLA_ENGINE: None,
+    "vllm": "in Tunix this is tpu-inference's vLLM; mcjax does not run it"
+    " under that name (its engine 'vllm' is PyTorch vLLM, a different"
+    " engine). Name the mcjax engine explicitly: 'vllm_tpu' (host-local"
+    " tpu-inference vLLM, experimental) or 'vllm' (PyTorch vLLM), with"
+    " McJaxOptions(engine=...) or the CLI's --engine, or as"
+    " rollout_engine='mcjax:vllm'; or"
+    f" rollout_engine={VANILLA_ENGINE} for the native engine.",
+    "sglang_jax": "mcjax has no host-local SGLang-JAX engine; set"
+    f" rollout_engine={VANILLA_ENGINE} (the native engine, Tunix's sampler).",
+}
+
+# `rollout_engine="mcjax:<name>"` names the registered mcjax engine <name>
+# even where the bare name means another engine in Tunix ('vllm'); a
+# rollout_engine string is all that recipes such as MaxText's train_rl pass.
+MCJAX_ENGINE_PREFIX = "mcjax:"
+
+
+def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
+  """A `rollout_engine` name means what it means in Tunix, or is refused.
+
+  'vanilla' (Tunix's own sampler) is the native engine, which runs Tunix's
+  sampler. Tunix's other names ('vllm' = tpu-inference vLLM, 'sglang_jax')
+  are refused with the mcjax engine to name instead: mcjax's registered
+  'vllm' is the PyTorch vLLM engine, i.e. another engine than Tunix's. A
+  registered mcjax name that is not a Tunix name is taken as given, and
+  'mcjax:<name>' names the registered engine <name> in any case.
+  """
+  if engine.startswith(MCJAX_ENGINE_PREFIX):
+    if mcjax_engine_name(engine) in engine_names:
+      return None
+    return Problem(
+        message=f"rollout_engine={engine!r}: no such mcjax engine; use one"
+        f" of {[MCJAX_ENGINE_PREFIX + n for n in engine_names]}.",
+    )
+  if engine in TUNIX_ENGINES:
+    if engine == VANILLA_ENGINE:
+      return None
+    return Problem(
+        message=f"rollout_engine={engine!r}: {TUNIX_ENGINES[engine]}"
+    )
+  if engine in engine_names:
+    return None
+  choices = ", ".join([VANILLA_ENGINE, *engine_names])
+  return Problem(
+      message=f"rollout_engine={engine!r}: mcjax generates with a host-local"
+      f" engine ({choices}; '{VANILLA_ENGINE}' means the native engine); set"
+      f" rollout_engine={VANILLA_ENGINE}.",
+  )
+
+
+def mcjax_engine_name(engine: str) -> str:
+  """The registered engine a `rollout_engine` name (valid by
+  `rollout_engine`) selects: 'vanilla' -> 'native', 'mcjax:<name>' ->
+  <name>, other names as given."""
+  if engine == VANILLA_ENGINE:
+    return "native"
+  if engine.startswith(MCJAX_ENGINE_PREFIX):
+    return engine[len(MCJAX_ENGINE_PREFIX):]
+  return engine
+
+
+# Engines a MaxText trainer publishes into (through the MaxText -> Tunix
+# Qwen3 mapping, `maxtext.models.qwen3_param_mapping`), with the modules each
+# needs importable in the one Python environment of every host and the
+# Makefile target that builds such an environment.
+MAXTEXT_ENGINES = {
+    "native": (("maxtext",), "make venv"),
+    "vllm": (("maxtext", "vllm"), "make venv-maxtext-vllm"),
+}
+
+
+def missing_modules(names: Iterable[str]) -> tuple[str, ...]:
+  """The top-level modules among `names` this interpreter cannot import.
+
+  Uses `importlib.util.find_spec`, which imports nothing: the check runs in
+  the launching process before any host starts.
+  """
+  import importlib.util  # pylint: disable=g-import-not-at-top
+
+  return tuple(n for n in names if importlib.util.find_spec(n) is None)
+
+
+def trainer_engine(
+    trainer: str,
+    engine: str,
+    *,
+    backend: str = "mcjax",
+    missing: Sequence[str] | None = None,
+) -> Problem | None:
+  """A MaxText trainer runs with the engines its mapping feeds, in one env.
+
+  Args:
+    trainer: "tunix" (always fine here) or "maxtext".
+    engine: the registered engine name.
+    backend: the cluster backend; the stock one hands the engine the actor's
+      MaxText parameters at every sync, which only the native engine maps
+      (`EngineContext.source_mapping`).
+    missing: modules the environment lacks; None: found with
+      `missing_modules` (tests pass it to check the message).
+  """
+  if trainer != "maxtext":
+    return None
+  if engine not in MAXTEXT_ENGINES:
+    return Problem(
+        message=f"trainer='maxtext' with engine={engine!r}: MaxText's"
+        " parameters reach an engine through the MaxText -> Tunix Qwen3"
+        " mapping, which only these engines take:"
+        f" {list(MAXTEXT_ENGINES)}. Use one of them.",
+    )
+  if engine != "native" and backend != "mcjax":
+    return Problem(
+        message=f"trainer='maxtext' with engine={engine!r} and"
+        f" backend={backend!r}: the stock cluster hands the engine the"
+        " actor's MaxText parameters at every sync, and only the native"
+        " engine maps them itself. Use backend='mcjax' (its publisher maps"
+        " them) or engine='native'.",
+    )
+  modules, target = MAXTEXT_ENGINES[engine]
+  if missing is None:
+    missing = missing_modules(modules)
+  if missing:
+    return Problem(
+        message=f"trainer='maxtext' with engine={engine!r} needs"
+        f" {' and '.join(modules)} importable in one Python environment;"
+        f" {', '.join(missing)} cannot be imported by this interpreter. Build"
+        f" that environment with `{target}` and run with its Python"
+        + (" (.venv-maxtext-vllm/bin/python)." if engine == "vllm" else "."),
+    )
+  return None
