@@ -23,12 +23,18 @@ DA runs shared by every check here (module fixture):
   rollouts identical, losses and parameters within 1e-6. (Against another
   trainer mesh Adam turns reduction-order noise in near-zero gradients into
   parameter differences of a few 1e-6.)
-- "k1": `--max_staleness=1`, 3 steps: every step after the first trains a
-  batch exactly one policy version old, with importance weights != 1.
-- "k1_lr0": the same with learning rate 0: the policy never changes, so the
-  sampler's and the trainer's log-probs agree and every weight is 1.
+- "k1": `--max_staleness=1`, 3 steps, a LoRA actor (only adapters travel
+  after the first publication): every step after the first trains a batch
+  exactly one policy version old, with importance weights != 1.
+- "k1_lr0": the same schedule with full weights, 2 trainer hosts x 1 device
+  (each owning one rollout host) and learning rate 0: the policy never
+  changes, so the sampler's and the trainer's log-probs agree and every
+  weight is 1.
 - "killed": "k1" again, with one rollout host SIGKILLed after step 1: Ray
-  restarts it, its rows are re-issued, and the run equals "k1".
+  restarts it (rebuilding the base model, then getting the adapters of the
+  version its request needs), and the run equals "k1".
+- "trainer_killed": a 6-step run whose trainer host is SIGKILLed after step
+  1: the job exits non-zero within 30 s naming it.
 """
 
 import json
@@ -60,31 +66,40 @@ def da_runs_fixture(tmp_path_factory):
   k1_flags = (*(f for f in example_runs.EQUIVALENCE_FLAGS
                 if not f.startswith("--steps")), "--steps=3", *DA_FLAGS,
               "--devices_per_host=2", "--max_staleness=1")
-  killed = _run_killing_a_rollout_host(tmp / "killed", *k1_flags)
+  lora_flags = (*k1_flags, *example_runs.LORA_FLAGS)
+  killed = _run_killing(tmp / "killed", "RolloutHost", *lora_flags)
+  trainer_killed = _run_killing(tmp / "trainer_killed", "TrainerHost",
+                                *k1_flags, "--steps=6")
   return {
       "killed": killed,
+      "trainer_killed": trainer_killed,
       "k0": example_runs.run_example(
           tmp / "k0", *example_runs.EQUIVALENCE_FLAGS,
           *example_runs.EVAL_FLAGS, *DA_FLAGS, "--devices_per_host=4",
           "--max_staleness=0"),
-      "k1": example_runs.run_example(tmp / "k1", *k1_flags),
+      "k1": example_runs.run_example(tmp / "k1", *lora_flags),
+      # Two trainer hosts (one JAX program over both, a rollout host each).
       "k1_lr0": example_runs.run_example(
-          tmp / "k1_lr0", *k1_flags, "--learning_rate=0"),
+          tmp / "k1_lr0", *k1_flags, "--learning_rate=0",
+          "--trainer_hosts=2", "--devices_per_host=1"),
   }
 
 
-def _rollout_host_pids() -> list[int]:
+def _actor_pids(actor_class: str) -> list[int]:
+  """Live processes of the job's Ray actors of `actor_class`."""
   pids = []
   for proc in psutil.process_iter(["pid", "cmdline"]):
     cmdline = " ".join(proc.info["cmdline"] or ())
-    if cmdline.startswith("ray::RolloutHost"):
+    if cmdline.startswith(f"ray::{actor_class}"):
       pids.append(proc.info["pid"])
   return sorted(pids)
 
 
-def _run_killing_a_rollout_host(out: pathlib.Path, *flags: str,
-                                timeout: int = 600) -> pathlib.Path:
-  """The example, with one rollout host SIGKILLed once step 1 is recorded."""
+def _run_killing(out: pathlib.Path, actor_class: str, *flags: str,
+                 timeout: int = 600) -> pathlib.Path:
+  """The example, with one `actor_class` process SIGKILLed once step 1 is
+  recorded. Writes console.txt, listening.json and result.json (exit
+  status, seconds from the kill to the job's exit) into `out`."""
   launch_utils.require_markers("multihost", "e2e")
   metrics = out / "metrics.jsonl"
   proc = subprocess.Popen(
@@ -100,10 +115,10 @@ def _run_killing_a_rollout_host(out: pathlib.Path, *flags: str,
         # Every socket the whole job (Ray head, workers, the trainers' JAX
         # coordinator) listens on while it runs.
         listening.extend(sockets.listeners(sockets.tree(proc.pid)))
-        pids = _rollout_host_pids()
+        pids = _actor_pids(actor_class)
         if pids:
           os.kill(pids[0], signal.SIGKILL)
-          killed.append(pids[0])
+          killed.append(time.monotonic())
         return
       time.sleep(0.05)
 
@@ -114,11 +129,14 @@ def _run_killing_a_rollout_host(out: pathlib.Path, *flags: str,
   finally:
     if proc.poll() is None:
       proc.kill()
+  ended = time.monotonic()
   watcher.join(timeout=5)
-  assert proc.returncode == 0, output[-6000:]
-  assert killed, "no rollout host process was found to kill"
+  assert killed, f"no {actor_class} process was found to kill:\n{output}"
+  out.mkdir(parents=True, exist_ok=True)
   (out / "console.txt").write_text(output)
   (out / "listening.json").write_text(json.dumps(listening))
+  (out / "result.json").write_text(json.dumps(
+      {"returncode": proc.returncode, "exit_after_kill_s": ended - killed[0]}))
   return out
 
 
@@ -156,8 +174,9 @@ def test_synchronous_records(da_runs):
     assert "is_weight_mean" not in r
 
 
-def test_one_step_stale_schedule(da_runs):
-  records = _records(da_runs["k1"])
+@pytest.mark.parametrize("run", ["k1", "k1_lr0"])
+def test_one_step_stale_schedule(da_runs, run):
+  records = _records(da_runs[run])
   assert [r["step"] for r in records] == [1, 2, 3]
   # Batch 2 was generated with version 0 while step 1 trained, batch 3 with
   # version 1 while step 2 trained.
@@ -168,6 +187,13 @@ def test_one_step_stale_schedule(da_runs):
   assert ([r["prompts_digest"] for r in records[:2]]
           == [r["prompts_digest"] for r in k0])
   assert len({r["prompts_digest"] for r in records}) == 3
+
+
+def test_lora_publishes_only_adapters(da_runs):
+  # Steps publish the adapters; the full model went once, at start-up.
+  lora = [r["weights_bytes"] for r in _records(da_runs["k1"])]
+  full = [r["weights_bytes"] for r in _records(da_runs["k1_lr0"])]
+  assert 0 < max(lora) < min(full) / 4, (lora, full)
 
 
 def test_importance_weights(da_runs):
@@ -191,6 +217,8 @@ def test_importance_weights(da_runs):
 
 def test_a_killed_rollout_host_loses_no_prompt(da_runs):
   killed, clean = da_runs["killed"], da_runs["k1"]
+  result = json.loads((killed / "result.json").read_text())
+  assert result["returncode"] == 0, (killed / "console.txt").read_text()
   records = _records(killed)
   # Either its rows were re-issued (killed while generating) or its weights
   # installed again (killed while idle); counted either way.
@@ -205,6 +233,16 @@ def test_a_killed_rollout_host_loses_no_prompt(da_runs):
   pa, pb = np.load(clean / "params.npz"), np.load(killed / "params.npz")
   for k in pa.files:
     np.testing.assert_allclose(pb[k], pa[k], atol=1e-6, rtol=1e-6, err_msg=k)
+
+
+def test_a_killed_trainer_host_ends_the_job_naming_it(da_runs):
+  out = da_runs["trainer_killed"]
+  result = json.loads((out / "result.json").read_text())
+  console = (out / "console.txt").read_text()
+  assert result["returncode"] != 0, console
+  assert result["exit_after_kill_s"] < 30, result
+  assert "trainer host 0 failed" in console, console[-3000:]
+  assert len(_records(out)) < 6  # It did not run to the end.
 
 
 def test_the_job_listens_on_loopback_only(da_runs):
