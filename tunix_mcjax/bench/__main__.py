@@ -19,6 +19,8 @@ r"""Benchmark command line.
   python -m tunix_mcjax.bench --mode=quick --arms=tunix-stock,mcjax-optimized \
       --steps=2 --nomicro                             # a short subset
   python -m tunix_mcjax.bench --mode=packing          # GSM8K, packed vs not
+  python -m tunix_mcjax.bench --mode=da     # CO vs DA at K=0 and K=1, with
+                                            # the advisor's predicted steps
 
 Exit status: 0 when every arm ran and the report was written, 1 otherwise
 (the report is written either way and names the failed arms).

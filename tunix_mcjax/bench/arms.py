@@ -25,6 +25,9 @@ BASELINE = "tunix-stock"
 # Stock Tunix cluster with mcjax's placement-invariant engine: draws the same
 # samples as the mcjax arms (the equivalence-style comparison).
 INVARIANT = "tunix-invariant"
+# Disaggregated (docs/disaggregated.md): trainer and rollout hosts apart.
+DA_BACKEND = "mcjax_da"
+BACKENDS = ("tunix", "mcjax", DA_BACKEND)
 # GSM8K's training split in the shared data folder beside the checkout.
 GSM8K_TRAIN = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
                / "gsm8k" / "train.jsonl")
@@ -37,8 +40,11 @@ class Arm:
   Attributes:
     name: label in the report.
     backend: "tunix" (Tunix's stock `RLCluster`, single controller, one
-      process over all devices) or "mcjax" (one process per host).
-    num_hosts: simulated hosts (1 for "tunix").
+      process over all devices), "mcjax" (one process per host) or
+      "mcjax_da" (disaggregated: trainer and rollout hosts apart, on Ray;
+      docs/disaggregated.md).
+    num_hosts: simulated hosts (1 for "tunix"; for "mcjax_da" trainer plus
+      rollout hosts, each with `devices_per_host` devices).
     devices_per_host: fake CPU devices per host.
     profile: mcjax host optimizations ("base" or "optimized"); None for
       "tunix".
@@ -50,6 +56,12 @@ class Arm:
       the same samples as the mcjax arms.
     max_seq_token_per_tpu: mcjax only: sequence packing into rows of this
       many tokens (`tunix_mcjax.packing`); None: unpacked.
+    trainer_hosts: mcjax_da only: the trainer hosts (T).
+    rollout_hosts: mcjax_da only: the rollout hosts (R, a multiple of T).
+    max_staleness: mcjax_da only: K (0: synchronous).
+    predicted_from: mcjax_da only: the colocated ("mcjax") arm of the same
+      mode whose phase times the report feeds to the placement advisor to
+      predict this arm's step time (None: no prediction).
   """
 
   name: str
@@ -59,21 +71,57 @@ class Arm:
   profile: str | None = None
   stock_rollout: bool = False
   max_seq_token_per_tpu: int | None = None
+  trainer_hosts: int | None = None
+  rollout_hosts: int | None = None
+  max_staleness: int | None = None
+  predicted_from: str | None = None
 
   def __post_init__(self):
-    if self.backend not in ("tunix", "mcjax"):
-      raise ValueError(f"backend must be tunix or mcjax, got {self.backend}.")
+    if self.backend not in BACKENDS:
+      raise ValueError(
+          f"backend must be one of {BACKENDS}, got {self.backend}.")
+    da_fields = (self.trainer_hosts, self.rollout_hosts, self.max_staleness)
+    if self.backend == DA_BACKEND:
+      self._check_da()
+    elif any(x is not None for x in da_fields) or self.predicted_from:
+      raise ValueError(
+          f"Arm {self.name}: trainer_hosts, rollout_hosts, max_staleness and"
+          f" predicted_from belong to backend {DA_BACKEND}; drop them or use"
+          " that backend.")
     if self.num_hosts < 1 or self.devices_per_host < 1:
       raise ValueError("num_hosts and devices_per_host must be >= 1.")
     if self.backend == "tunix" and (self.num_hosts != 1 or self.profile):
       raise ValueError("The tunix arm is one process and has no profile.")
-    if self.backend == "mcjax" and self.profile not in ("base", "optimized"):
-      raise ValueError(f"mcjax arm {self.name} needs a profile.")
+    if (self.backend in ("mcjax", DA_BACKEND)
+        and self.profile not in ("base", "optimized")):
+      raise ValueError(f"{self.backend} arm {self.name} needs a profile.")
     if self.stock_rollout and self.backend != "tunix":
       raise ValueError("stock_rollout is Tunix's own rollout: backend tunix.")
     if self.max_seq_token_per_tpu is not None and self.backend != "mcjax":
       raise ValueError(f"Arm {self.name}: packing (max_seq_token_per_tpu)"
                        " runs under mcjax only; use backend mcjax.")
+
+  def _check_da(self) -> None:
+    t, r, k = self.trainer_hosts, self.rollout_hosts, self.max_staleness
+    if t is None or r is None or k is None:
+      raise ValueError(
+          f"{DA_BACKEND} arm {self.name} needs trainer_hosts, rollout_hosts"
+          " and max_staleness.")
+    if t < 1 or r < 1 or r % t:
+      raise ValueError(
+          f"{DA_BACKEND} arm {self.name}: rollout_hosts ({r}) must be a"
+          f" positive multiple of trainer_hosts ({t}), both >= 1.")
+    if k < 0:
+      raise ValueError(f"{DA_BACKEND} arm {self.name}: max_staleness must be"
+                       f" >= 0, got {k}.")
+    if self.num_hosts != t + r:
+      raise ValueError(
+          f"{DA_BACKEND} arm {self.name}: num_hosts ({self.num_hosts}) must"
+          f" be trainer_hosts + rollout_hosts = {t + r} (every host has"
+          " devices_per_host devices).")
+    if self.predicted_from == self.name:
+      raise ValueError(f"Arm {self.name} cannot be predicted from itself;"
+                       " name a colocated (mcjax) arm.")
 
   def describe(self) -> str:
     """One line for the report: what this arm runs."""
@@ -82,6 +130,10 @@ class Arm:
           "its vanilla rollout sharing the actor's weights (stock)"
           if self.stock_rollout else
           "mcjax's placement-invariant engine (weight copy per step)"))
+    if self.backend == DA_BACKEND:
+      return (f"mcjax_da (Ray), {self.trainer_hosts} trainer +"
+              f" {self.rollout_hosts} rollout host(s), max_staleness"
+              f" {self.max_staleness}, profile {self.profile}")
     packed = ("" if self.max_seq_token_per_tpu is None else
               f", packed into rows of {self.max_seq_token_per_tpu} tokens")
     return (f"mcjax, {self.num_hosts} host(s), profile {self.profile}"
@@ -92,6 +144,15 @@ class Arm:
     return self.num_hosts * self.devices_per_host
 
   def job_flags(self) -> list[str]:
+    if self.backend == DA_BACKEND:
+      # The example's DA flags (every host gets devices_per_host devices);
+      # it ignores --num_hosts under mcjax_da, so none is passed.
+      return [f"--backend={self.backend}",
+              f"--trainer_hosts={self.trainer_hosts}",
+              f"--rollout_hosts={self.rollout_hosts}",
+              f"--devices_per_host={self.devices_per_host}",
+              f"--max_staleness={self.max_staleness}",
+              f"--profile={self.profile}", "--engine=native"]
     flags = [f"--backend={self.backend}", f"--num_hosts={self.num_hosts}",
              f"--devices_per_host={self.devices_per_host}"]
     if self.profile:
@@ -189,7 +250,11 @@ class BenchMode:
     if len(totals) != 1:
       raise ValueError(f"Arms must have equal total devices, got {totals}.")
     w = self.workload
+    by_name = {a.name: a for a in self.arms}
     for a in self.arms:
+      if a.backend == DA_BACKEND:
+        self._check_da_arm(a, by_name)
+        continue
       prompts, rem = divmod(w.batch_size, a.num_hosts)
       if rem or (prompts * w.num_generations) % a.devices_per_host:
         raise ValueError(
@@ -197,6 +262,25 @@ class BenchMode:
             f" not divide over {a.num_hosts} hosts x {a.devices_per_host}"
             " devices."
         )
+
+  def _check_da_arm(self, a: Arm, by_name: dict[str, Arm]) -> None:
+    """A DA arm: the trainer hosts' split of the batch; its reference."""
+    w = self.workload
+    prompts, rem = divmod(w.batch_size, a.trainer_hosts)
+    if rem or (prompts * w.num_generations) % a.devices_per_host:
+      raise ValueError(
+          f"Arm {a.name}: batch {w.batch_size} x {w.num_generations} does"
+          f" not divide over {a.trainer_hosts} trainer hosts x"
+          f" {a.devices_per_host} devices.")
+    ref = by_name.get(a.predicted_from) if a.predicted_from else None
+    # A reference left out (e.g. by --arms) gives no prediction, not an
+    # error; one that is present must be a colocated run of equal hosts.
+    if ref is not None and (ref.backend != "mcjax"
+                            or ref.devices_per_host != a.devices_per_host):
+      raise ValueError(
+          f"Arm {a.name} is predicted from {ref.name}, which must be an"
+          f" mcjax (colocated) arm with {a.devices_per_host} devices per"
+          f" host; got {ref.backend} with {ref.devices_per_host}.")
 
   def as_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -280,10 +364,46 @@ MODES["packing"] = BenchMode(
     launches=3,
 )
 
+
+def da_arms(devices_per_host: int, *, trainer_hosts: int = 1,
+            rollout_hosts: int = 1) -> tuple[Arm, ...]:
+  """Colocated mcjax-optimized vs DA at K = 0 and K = 1, equal devices.
+
+  The DA arms split the colocated arm's hosts (T + R = its host count, the
+  same devices per host), so the advisor's prediction from the colocated
+  arm needs no scaling beyond its own split.
+  """
+  hosts = trainer_hosts + rollout_hosts
+  co = Arm(name="mcjax-optimized", backend="mcjax", num_hosts=hosts,
+           devices_per_host=devices_per_host, profile="optimized")
+  return (co, *(
+      Arm(name=f"mcjax-da-k{k}", backend=DA_BACKEND, num_hosts=hosts,
+          devices_per_host=devices_per_host, profile="optimized",
+          trainer_hosts=trainer_hosts, rollout_hosts=rollout_hosts,
+          max_staleness=k, predicted_from=co.name)
+      for k in (0, 1)))
+
+
+# DA vs colocated on quick mode's workload and 4 devices: 1 trainer + 1
+# rollout host x 2 devices against mcjax-optimized's 2 hosts x 2 devices.
+# This split (rather than 1 + 3 hosts x 1 device) keeps each host's devices
+# equal to the colocated arm's, so the advisor predicts it from that arm at
+# its own host count (the paper's 1/2 share), and it runs 2 processes on the
+# 2 shared cores instead of 4. No traces: DA arms are not traced (harness).
+MODES["da"] = BenchMode(
+    name="da",
+    arms=da_arms(2),
+    workload=MODES["quick"].workload,
+    micro=None,
+    arm_timeout_s=600,
+    trace=False,
+)
+
 # Ratios reported besides "each arm vs the baseline": (baseline, other).
 EXTRA_COMPARISONS = (
     (INVARIANT, "mcjax-optimized"),  # Same samples: the backend alone.
     ("mcjax-base", "mcjax-optimized"),  # What O1-O4 buy.
     ("mcjax-optimized-1host", "mcjax-optimized"),  # 1 -> 2 hosts.
     ("mcjax-optimized-1host", "mcjax-optimized-4hosts"),  # 1 -> 4 hosts.
+    ("mcjax-da-k0", "mcjax-da-k1"),  # What one step of staleness buys.
 )

@@ -106,6 +106,10 @@ def run_arm(arm: arms_lib.Arm, workload: arms_lib.Workload,
   cmd = [sys.executable, str(EXAMPLE), *arm.job_flags(),
          *workload.job_flags(), f"--metrics_out={metrics}",
          f"--timeout={timeout_s}"]
+  # DA arms are not traced: only their trainer hosts would record a trace
+  # (the rollout hosts, where generation runs, none), and the breakdown
+  # (`traces.analyse_dir`) reads every host's of a colocated step.
+  trace = trace and arm.backend != arms_lib.DA_BACKEND
   if trace:
     cmd += [f"--trace_steps={traced_step(workload)}",
             f"--trace_dir={folder / 'trace'}"]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tunix_mcjax import advisor
 from tunix_mcjax import telemetry
 from tunix_mcjax.bench import arms as arms_lib
 from tunix_mcjax.bench import stats
@@ -163,6 +164,93 @@ def summarize_launch(
   return out
 
 
+def da_prediction(
+    arm: arms_lib.Arm,
+    workload: arms_lib.Workload,
+    reference: Sequence[Sequence[Mapping[str, Any]]],
+    measured: Sequence[Sequence[Mapping[str, Any]]],
+) -> dict[str, Any]:
+  """The advisor's predicted step time of a DA arm vs its measured one.
+
+  Per launch pair k: the advisor's terms (`advisor.steady_phase_times`)
+  from launch k of the colocated reference arm (its scored pass: the same
+  steady steps the report scores), the prediction (`advisor.predict`) at
+  the arm's split (H = T + R hosts, trainer share T / H; the advisor's
+  defaults otherwise: linear scaling, d_L = d_pub, A = tau = 0), and the
+  median of launch k's scored DA step times.
+
+  Which prediction is compared: with max_staleness >= 1 the paper's
+  overlapped schedule (Eq. 4, `lambda_DA`); with max_staleness = 0 nothing
+  overlaps, so the same terms add up serially: rollout branch + trainer
+  branch + o (+ tau). Both are recorded.
+
+  Args:
+    arm: the DA arm (`predicted_from` names the reference).
+    workload: the mode's workload (which steps are scored).
+    reference: the reference arm's records, one list per launch.
+    measured: the DA arm's records, one list per launch.
+
+  Returns:
+    `predicted_s`, `measured_s` (medians over launch pairs), `error`
+    (predicted / measured - 1) and `by_launch`; or `error_message` when no
+    launch pair gave both.
+  """
+  t, r = arm.trainer_hosts, arm.rollout_hosts
+  config = advisor.AdvisorConfig(hosts=t + r, trainer_shares=(t / (t + r),))
+  skip = workload.steps * (workload.passes - 1)
+  overlapped = arm.max_staleness >= 1
+  by_launch, problems = [], []
+  for k, (ref, da) in enumerate(zip(reference, measured)):
+    scored = [float(x["step_time_s"]) for x in da
+              if workload.scored(int(x["step"]))]
+    if not scored:
+      problems.append(f"launch {k + 1}: no scored {arm.name} steps")
+      continue
+    try:
+      times = advisor.steady_phase_times(ref, skip_steps=skip)
+    except ValueError as e:
+      problems.append(f"launch {k + 1}: {arm.predicted_from}: {e}")
+      continue
+    advice = advisor.predict(times, config)
+    (split,) = advice.da
+    serial = (split.rollout_branch_s + split.trainer_branch_s
+              + times.overhead_s + config.ray_overhead_s)
+    predicted = split.step_s if overlapped else serial
+    meas = float(np.median(scored))
+    by_launch.append({
+        "reference_hosts": times.hosts,
+        "rollout_s": times.rollout_s, "train_s": times.train_s,
+        "publish_s": times.publish_s, "overhead_s": times.overhead_s,
+        "reference_measured_s": times.measured_step_s,
+        "co_predicted_s": advice.co.step_s,
+        "rollout_branch_s": split.rollout_branch_s,
+        "trainer_branch_s": split.trainer_branch_s,
+        "eq4_s": split.step_s, "serial_s": serial,
+        "predicted_s": predicted, "measured_s": meas,
+        "error": predicted / meas - 1,
+    })
+  out: dict[str, Any] = {
+      "reference": arm.predicted_from,
+      "split": f"DA {t}/{r}",
+      "max_staleness": arm.max_staleness,
+      "model": ("overlapped: max(D_R(H_r) + d_L, D_T(H_t) + d_pub) + o"
+                if overlapped else
+                "serial (K=0): D_R(H_r) + d_L + D_T(H_t) + d_pub + o"),
+      "assumptions": "linear scaling from the reference's host count;"
+                     " d_L = d_pub; A = tau = 0 (advisor defaults)",
+      "by_launch": by_launch,
+  }
+  if problems:
+    out["problems"] = problems
+  if not by_launch:
+    out["error_message"] = "; ".join(problems) or "no launches"
+    return out
+  out["predicted_s"] = float(np.median([b["predicted_s"] for b in by_launch]))
+  out["measured_s"] = float(np.median([b["measured_s"] for b in by_launch]))
+  out["error"] = out["predicted_s"] / out["measured_s"] - 1
+  return out
+
+
 def _mean_or_none(xs: Sequence[float | None]) -> float | None:
   xs = [x for x in xs if x is not None]
   return float(np.mean(xs)) if xs else None
@@ -179,7 +267,10 @@ def summarize_arm(
   out: dict[str, Any] = {
       "config": {"backend": arm.backend, "num_hosts": arm.num_hosts,
                  "devices_per_host": arm.devices_per_host,
-                 "profile": arm.profile, "stock_rollout": arm.stock_rollout},
+                 "profile": arm.profile, "stock_rollout": arm.stock_rollout,
+                 "trainer_hosts": arm.trainer_hosts,
+                 "rollout_hosts": arm.rollout_hosts,
+                 "max_staleness": arm.max_staleness},
       "description": arm.describe(),
       "launches": per,
       "ok": bool(per) and all(p["ok"] for p in per),
@@ -324,10 +415,18 @@ def build_report(
     machine: `harness.machine_info(...)`.
   """
   summaries = {}
+  records = {}
   for arm in mode.arms:
     launches = [(load_records(run.get("metrics", "")), run)
                 for run in runs.get(arm.name) or [{"returncode": None}]]
+    records[arm.name] = [rec for rec, _ in launches]
     summaries[arm.name] = summarize_arm(arm, mode.workload, launches)
+  predictions = {
+      arm.name: da_prediction(arm, mode.workload, records[arm.predicted_from],
+                              records[arm.name])
+      for arm in mode.arms
+      if arm.backend == arms_lib.DA_BACKEND and arm.predicted_from in records
+  }
   base = arms_lib.BASELINE if arms_lib.BASELINE in summaries else (
       mode.arms[0].name)
   pairs = [(base, a.name) for a in mode.arms if a.name != base]
@@ -375,6 +474,7 @@ def build_report(
       "arms": summaries,
       "ratios": ratios,
       "equal_work": equal,
+      "da_predictions": predictions,
       "micro": summarize_micro(micro) if micro else None,
   }
 
@@ -502,6 +602,31 @@ def markdown(report: Mapping[str, Any]) -> str:
         + f" {_fmt_interval(r['welch_per_step'], digits=2)} |"
         f" {_fmt_interval(r['welch_per_token'], digits=2)} |"
         f" {r['verdict']} | {'; '.join(r['reasons']) or '-'} |")
+  preds = report.get("da_predictions") or {}
+  if preds:
+    lines += ["", "## DA: the advisor's predicted vs measured step time", "",
+              "From the colocated reference arm's scored steps (medians of"
+              " the advisor's terms; linear scaling, d_L = d_pub, A = tau ="
+              " 0). K >= 1: Eq. 4 (overlapped); K = 0: the same terms added"
+              " serially. error = predicted / measured - 1 (median over"
+              " launch pairs).", "",
+              "| arm | split | K | from | rollout branch s | trainer branch s"
+              " | o s | Eq. 4 s | serial s | predicted s | measured median s"
+              " | error |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, pr in preds.items():
+      if "predicted_s" not in pr:
+        lines.append(f"| {name} | {pr['split']} | {pr['max_staleness']} |"
+                     f" {pr['reference']} | n/a: {pr['error_message']} |"
+                     + " |" * 7)
+        continue
+      b = pr["by_launch"][0]
+      lines.append(
+          f"| {name} | {pr['split']} | {pr['max_staleness']} |"
+          f" {pr['reference']} | {b['rollout_branch_s']:.3f} |"
+          f" {b['trainer_branch_s']:.3f} | {b['overhead_s']:.3f} |"
+          f" {b['eq4_s']:.3f} | {b['serial_s']:.3f} |"
+          f" {pr['predicted_s']:.3f} | {pr['measured_s']:.3f} |"
+          f" {pr['error']:+.1%} |")
   lines += ["", "## Start-up and compilation (mean over launches)", "",
             "start-up: launch wall time outside its steps; compile: the"
             " first pass's time beyond the steady median.", "",
