@@ -331,6 +331,16 @@ def _user_error(e: Exception) -> NoReturn:
   sys.exit(2)
 
 
+def _check_before_start(cfg: grpo_job.GrpoJobConfig, *, num_hosts: int,
+                        devices_per_host: int) -> None:
+  """Raises ValueError for what needs no device, before any host starts."""
+  # Bad batch sizes, engines, paths and meshes.
+  grpo_job.check_job(cfg, num_hosts=num_hosts,
+                     devices_per_host=devices_per_host)
+  # Dataset rows, prompt lengths and the tokenizer.
+  grpo_job.check_inputs(cfg)
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
   if not flags.FLAGS["verbosity"].present:
@@ -355,11 +365,7 @@ def main(argv: Sequence[str]) -> None:
     hosts = _NUM_HOSTS.value if cfg.backend == "mcjax" else 1
     devices = _DEVICES_PER_HOST.value * (_NUM_HOSTS.value // hosts)
     try:
-      # Bad batch sizes, engines, paths and meshes are refused before hosts
-      # start.
-      grpo_job.check_job(cfg, num_hosts=hosts, devices_per_host=devices)
-      # Dataset rows, prompt lengths and the tokenizer, likewise.
-      grpo_job.check_inputs(cfg)
+      _check_before_start(cfg, num_hosts=hosts, devices_per_host=devices)
       if cfg.checkpoint_dir is not None:
         # An unwritable directory, or a checkpoint of another configuration.
         checkpointing.check_writable(cfg.checkpoint_dir)
@@ -394,9 +400,8 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   if _DEVICES_PER_HOST.value < 1:
     raise app.UsageError("--devices_per_host must be >= 1.")
   try:
-    grpo_job.check_job(cfg, num_hosts=cfg.trainer_hosts,
-                       devices_per_host=_DEVICES_PER_HOST.value)
-    grpo_job.check_inputs(cfg)
+    _check_before_start(cfg, num_hosts=cfg.trainer_hosts,
+                        devices_per_host=_DEVICES_PER_HOST.value)
   except ValueError as e:
     _user_error(e)
   if cfg.metrics_out and os.path.exists(cfg.metrics_out):

@@ -19,6 +19,7 @@ import json
 import pytest
 
 from tunix_mcjax.bench import arms
+from tunix_mcjax.bench import render
 from tunix_mcjax.bench import report as report_lib
 
 # 2 batches, twice: steps 3 and 4 are scored (and the advisor's steady steps).
@@ -113,7 +114,7 @@ def test_prediction_in_the_report_and_its_table(tmp_path):
   # DA vs colocated and K=0 vs K=1 are compared.
   pairs = {(r["baseline"], r["other"]) for r in rep["ratios"]}
   assert (K0.name, K1.name) in pairs and (CO.name, K1.name) in pairs
-  md = report_lib.markdown(rep)
+  md = render.markdown(rep)
   assert "| mcjax-da-k1 | DA 1/1 | 1 | mcjax-optimized |" in md
   assert "| 0.540 | 0.600 | -10.0% |" in md
 

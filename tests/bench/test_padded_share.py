@@ -24,6 +24,7 @@ from tunix.rl import common
 from tunix_mcjax import packing
 from tunix_mcjax import telemetry
 from tunix_mcjax.bench import arms
+from tunix_mcjax.bench import render
 from tunix_mcjax.bench import report as report_lib
 
 PAD = 0
@@ -140,7 +141,7 @@ def test_report_shows_packed_and_unpacked_shares(tmp_path):
   assert packed["padded_token_share"] == pytest.approx(0.15)
   assert packed["unpacked_padded_token_share"] == pytest.approx(0.35)
   assert packed["padded_token_share_by_launch"] == pytest.approx([0.15, 0.2])
-  md = report_lib.markdown(rep)
+  md = render.markdown(rep)
   assert "| 0.350 | 0.350 |" in md
   assert "| 0.150 (packed) | 0.350 |" in md
 
@@ -154,7 +155,7 @@ def test_a_share_some_steps_lack_is_not_reported(tmp_path):
   extras = rep["arms"]["mcjax-dapo"]["work_extras"]
   assert extras["padded_token_share"] is None
   assert extras["padded_token_share_by_launch"] == []
-  assert "| n/a | n/a |" in report_lib.markdown(rep)
+  assert "| n/a | n/a |" in render.markdown(rep)
 
 
 def test_packing_arm_flags_and_refusal():

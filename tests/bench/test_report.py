@@ -21,6 +21,7 @@ import pytest
 
 from tunix_mcjax import telemetry
 from tunix_mcjax.bench import arms
+from tunix_mcjax.bench import render
 from tunix_mcjax.bench import report as report_lib
 
 STEPS = 6
@@ -79,7 +80,7 @@ def test_three_launches_twice_as_fast_is_faster(tmp_path):
   assert base["startup_s"] == pytest.approx(7.5)
   # Step 1 carried 3 s of compilation (noise of 1% around 2 s per step).
   assert base["compile_s"] == pytest.approx(3.0, abs=0.25)
-  md = report_lib.markdown(rep)
+  md = render.markdown(rep)
   assert "| tunix-stock | mcjax-optimized |" in md and "faster" in md
 
 
@@ -91,7 +92,7 @@ def test_unequal_work_in_one_launch_is_the_reason(tmp_path):
   assert r["reasons"] == ["equal work failed (launch 2)"]
   assert rep["equal_work"]["mcjax-optimized"]["by_launch"] == [
       True, False, True]
-  assert "equal work failed (launch 2)" in report_lib.markdown(rep)
+  assert "equal work failed (launch 2)" in render.markdown(rep)
 
 
 @pytest.mark.parametrize("tokens", [None, 0, True])

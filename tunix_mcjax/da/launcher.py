@@ -142,11 +142,11 @@ def _wait_all(refs: list[Any], *, timeout_s: float, what: str,
       except Exception as e:  # pylint: disable=broad-exception-caught
         raise RuntimeError(
             f"{names[index[ref]]} failed while waiting for {what}:"
-            f" {type(e).__name__}: {_first_line(e)}"
+            f" {type(e).__name__}: {_last_line(e)}"
         ) from e
   return results
 
 
-def _first_line(e: BaseException) -> str:
+def _last_line(e: BaseException) -> str:
   text = str(e).strip().splitlines()
   return text[-1] if text else ""
