@@ -137,9 +137,11 @@ PY_MXV := $(VENV_MXV)/bin/python
 STAMP_MXV := $(VENV_MXV)/.installed
 # The vLLM tests, plus MaxText trainer -> vLLM engines (2 hosts, scanned and
 # unscanned; patched train_rl with rl_rollout_engine=mcjax:vllm) and the job
-# config accepting that combination here.
+# config accepting that combination here; vLLM rollout hosts and MaxText
+# trainer hosts under mcjax_da.
 MXV_TESTS := $(VLLM_TESTS) tests/maxtext/test_maxtext_vllm.py \
-  tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment
+  tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment \
+  tests/da/test_da_vllm.py
 $(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml
 	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,--no-cache-dir)
 

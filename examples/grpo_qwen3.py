@@ -229,8 +229,9 @@ _SKIP_LONG_PROMPTS = flags.DEFINE_boolean(
 )
 _CHECKPOINT_DIR = flags.DEFINE_string(
     "checkpoint_dir", _DEFAULTS.checkpoint_dir,
-    "mcjax: save checkpoints here (Orbax, all hosts); a directory that holds"
-    " one resumes from its latest complete checkpoint (printed).",
+    "mcjax, mcjax_da: save checkpoints here (Orbax, all (trainer) hosts); a"
+    " directory that holds one resumes from its latest complete checkpoint"
+    " (printed).",
 )
 _CHECKPOINT_EVERY = flags.DEFINE_integer(
     "checkpoint_every", _DEFAULTS.checkpoint_every,
@@ -267,6 +268,25 @@ _IS_CAP = flags.DEFINE_float(
 )
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."
+)
+_RAY_ADDRESS = flags.DEFINE_string(
+    "ray_address", None,
+    "--backend=mcjax_da: an existing Ray cluster to run on (HOST:PORT of its"
+    " GCS, ray://HOST:PORT, or 'auto' = RAY_ADDRESS or the cluster `ray"
+    " start` made here); the job kills only its own actors and leaves the"
+    " cluster running. Default: a Ray head of the job's own on 127.0.0.1"
+    " (RAY_ADDRESS alone does not change that).",
+)
+_RAY_PLACEMENT_STRATEGY = flags.DEFINE_enum(
+    "ray_placement_strategy", "SPREAD",
+    ["SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK"],
+    "--backend=mcjax_da: Ray placement-group strategy over the hosts' bundles"
+    " (one per host).",
+)
+_RAY_BUNDLE = flags.DEFINE_list(
+    "ray_bundle", ["CPU=1"],
+    "--backend=mcjax_da: Ray resources of each host's bundle, NAME=AMOUNT"
+    " items (e.g. CPU=8,TPU=4 or CPU=8,GPU=1).",
 )
 
 
@@ -395,6 +415,7 @@ def main(argv: Sequence[str]) -> None:
 
 def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   """--backend=mcjax_da: trainer and rollout hosts as Ray actors (local)."""
+  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
 
   if _DEVICES_PER_HOST.value < 1:
@@ -402,13 +423,28 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   try:
     _check_before_start(cfg, num_hosts=cfg.trainer_hosts,
                         devices_per_host=_DEVICES_PER_HOST.value)
+    if cfg.checkpoint_dir is not None:
+      # As under mcjax: refused here rather than inside a Ray actor.
+      checkpointing.check_writable(cfg.checkpoint_dir)
+      checkpointing.check_resume(cfg.checkpoint_dir,
+                                 cfg.checkpoint_fingerprint())
   except ValueError as e:
     _user_error(e)
   if cfg.metrics_out and os.path.exists(cfg.metrics_out):
     os.remove(cfg.metrics_out)  # A fresh record of this job.
   try:
+    placement = launcher.Placement(
+        strategy=_RAY_PLACEMENT_STRATEGY.value,
+        bundle=launcher.parse_bundle(_RAY_BUNDLE.value))
+    if _RAY_ADDRESS.value is not None:
+      launcher.ray_local.RaySessionConfig(address=_RAY_ADDRESS.value)
+  except ValueError as e:
+    _user_error(e)
+  try:
     summary = launcher.run_local(cfg, devices_per_host=_DEVICES_PER_HOST.value,
-                                 timeout_s=_TIMEOUT.value)
+                                 timeout_s=_TIMEOUT.value,
+                                 ray_address=_RAY_ADDRESS.value,
+                                 placement=placement)
   except RuntimeError as e:
     print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
     sys.exit(1)

@@ -55,5 +55,81 @@ class LookaheadTest(parameterized.TestCase):
     self.assertEmpty(ledger.entries)
 
 
+def _da_cluster_reading(ledger, lookahead, num_generations):
+  """A `McJaxDaRLCluster` with only the state `_upcoming` reads (building
+  one needs Ray and rollout hosts)."""
+  da = object.__new__(cluster.McJaxDaRLCluster)
+  da.ledger = ledger
+  da._lookahead = lookahead  # pylint: disable=protected-access
+  da._num_generations = num_generations  # pylint: disable=protected-access
+  return da
+
+
+class UpcomingCallsTest(parameterized.TestCase):
+
+  @parameterized.parameters(1, 2)
+  def test_micro_batches_are_prefetched_in_the_learners_calls(self, depth):
+    # 4 prompts per host and batch, G = 2: 8 rows, generated (as Tunix's
+    # learner does with micro-batches of 2 prompts) in calls of 4 rows.
+    ledger = admission.StepLedger()
+    sharded = admission.Admission(
+        admission.AdmissionConfig(num_hosts=1, host_index=0,
+                                  num_generations=2), ledger=ledger,
+    ).shard(_batches(4))
+    ahead = cluster._Lookahead(sharded, depth)  # pylint: disable=protected-access
+    da = _da_cluster_reading(ledger, ahead, 2)
+    upcoming = da._upcoming  # pylint: disable=protected-access
+    for b, batch in enumerate(ahead):
+      rows = [p for p in batch["prompts"] for _ in range(2)]
+      for lo in (0, 4):
+        ids = ledger.take(4)
+        self.assertEqual(ids[0, 0], 4 * b + lo // 2)
+        calls = upcoming(depth, 4)
+        # The rest of this batch, then the next `depth` batches, 4 rows a
+        # call, each with its own rows' ids.
+        left = 1 if lo == 0 else 0
+        self.assertLen(calls, left + 2 * min(depth, 3 - b))
+        if left:
+          self.assertEqual(calls[0][0], rows[4:])
+          self.assertEqual(calls[0][1][0, 0], 4 * b + 2)
+        for k, (prompts, call_ids) in enumerate(calls[left:]):
+          self.assertLen(prompts, 4)
+          self.assertEqual(call_ids[0, 0], 4 * (b + 1 + k // 2) + 2 * (k % 2))
+      self.assertEmpty(upcoming(0, 4))  # Synchronous: nothing ahead.
+      ledger.close_step()
+
+  def test_calls_that_split_a_batch_unevenly_are_refused(self):
+    ledger = admission.StepLedger()
+    sharded = admission.Admission(
+        admission.AdmissionConfig(num_hosts=1, host_index=0,
+                                  num_generations=2), ledger=ledger,
+    ).shard(_batches(2))
+    ahead = cluster._Lookahead(sharded, 1)  # pylint: disable=protected-access
+    next(iter(ahead))
+    ledger.take(3)
+    da = _da_cluster_reading(ledger, ahead, 2)
+    with self.assertRaisesRegex(RuntimeError, "rollout micro-batch must be"):
+      da._upcoming(1, 3)  # pylint: disable=protected-access
+
+
+class MergePartsTest(absltest.TestCase):
+
+  def test_a_steps_micro_batches_combine_into_one_record(self):
+    first = {"policy_version": 2, "staleness": 1, "rollout_wait_s": 1.0,
+             "weights_wait_s": 0.5, "reissued_rows": 0,
+             "is_weight_mean": 1.0, "is_weight_min": 0.9,
+             "is_weight_max": 1.1, "misaligned_tokens": 3, "new_field": "a"}
+    second = {**first, "rollout_wait_s": 2.0, "weights_wait_s": 0.25,
+              "reissued_rows": 4, "is_weight_mean": 2.0,
+              "is_weight_min": 0.5, "is_weight_max": 1.5,
+              "misaligned_tokens": 1, "new_field": "b"}
+    merged = cluster._merge_parts(first, second, 30, 10)  # pylint: disable=protected-access
+    self.assertEqual(merged, {
+        "policy_version": 2, "staleness": 1, "rollout_wait_s": 3.0,
+        "weights_wait_s": 0.5, "reissued_rows": 4,
+        "is_weight_mean": 1.25, "is_weight_min": 0.5, "is_weight_max": 1.5,
+        "misaligned_tokens": 4, "new_field": "b"})
+
+
 if __name__ == "__main__":
   absltest.main()

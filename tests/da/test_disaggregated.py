@@ -29,7 +29,9 @@ DA runs shared by every check here (module fixture):
 - "k1_lr0": the same schedule with full weights, 2 trainer hosts x 1 device
   (each owning one rollout host) and learning rate 0: the policy never
   changes, so the sampler's and the trainer's log-probs agree and every
-  weight is 1.
+  weight is 1. It runs on an "existing" Ray cluster (`--ray_address`): a
+  loopback-only Ray head that a separate process started before the job
+  and stops after it; the job leaves it running, without its actors.
 - "killed": "k1" again, with one rollout host SIGKILLed after step 1: Ray
   restarts it (rebuilding the base model, then getting the adapters of the
   version its request needs), and the run equals "k1".
@@ -44,12 +46,17 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
 import numpy as np
 import psutil
 import pytest
+
+from tunix_mcjax.da import options as da_options
+from tunix_mcjax.da import ray_local
+from tunix_mcjax.telemetry import records as records_lib
 
 import example_runs
 import launch_utils
@@ -78,11 +85,137 @@ def da_runs_fixture(tmp_path_factory):
           *example_runs.EVAL_FLAGS, *DA_FLAGS, "--devices_per_host=4",
           "--max_staleness=0"),
       "k1": example_runs.run_example(tmp / "k1", *lora_flags),
-      # Two trainer hosts (one JAX program over both, a rollout host each).
-      "k1_lr0": example_runs.run_example(
+      # Two trainer hosts (one JAX program over both, a rollout host each),
+      # on a Ray cluster the job did not start.
+      "k1_lr0": _run_on_existing_cluster(
           tmp / "k1_lr0", *k1_flags, "--learning_rate=0",
           "--trainer_hosts=2", "--devices_per_host=1"),
   }
+
+
+# The "existing" cluster: a loopback-only Ray head (ray_local) in a process
+# of its own. Prints its address and auth variables; after the first line on
+# stdin (the job has ended) reports what the job left on it and whether it
+# still runs work; ends (stopping Ray) when stdin closes.
+_CLUSTER = textwrap.dedent("""
+    import json, os, sys, time
+    import ray
+    from tunix_mcjax.da import ray_local
+
+    rollout_names, namespace = json.loads(sys.argv[1])
+    config = ray_local.RaySessionConfig(num_cpus=4, namespace="cluster_owner",
+                                        start_timeout_s=240)
+    with ray_local.RaySession(config) as session:
+      print(json.dumps({
+          "address": ray.get_runtime_context().gcs_address,
+          "temp_dir": session.temp_dir,
+          "auth_env": {k: os.environ[k] for k in ("RAY_AUTH_MODE",
+                                                  "RAY_AUTH_TOKEN")
+                       if k in os.environ},
+      }), flush=True)
+      sys.stdin.readline()
+      # Resources come back a moment after the job's actors are gone.
+      deadline = time.monotonic() + 30
+      while time.monotonic() < deadline and (
+          ray.available_resources().get("CPU") != 4
+          or any("_group_" in k for k in ray.cluster_resources())):
+        time.sleep(0.2)
+      left = []
+      for name in rollout_names:
+        try:
+          ray.get_actor(name, namespace=namespace)
+          left.append(name)
+        except ValueError:
+          pass
+
+      @ray.remote(num_cpus=4)
+      def whole_cluster():
+        return os.getpid()
+
+      print(json.dumps({
+          "free_cpus": ray.available_resources().get("CPU"),
+          "group_resources": [k for k in ray.cluster_resources()
+                              if "_group_" in k],
+          "named_actors_left": left,
+          "task_pid": ray.get(whole_cluster.remote(), timeout=120),
+      }), flush=True)
+      sys.stdin.readline()
+""")
+
+
+def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
+                             timeout: int = 600) -> pathlib.Path:
+  """The example with `--ray_address` of a cluster started apart (`_CLUSTER`).
+
+  Writes console.txt, listening.json (the job's and the cluster's sockets
+  while the job runs, and the job's own process names) and cluster.json
+  (what the job left on the cluster; the cluster's processes after it
+  stopped) into `out`; fails the test when the job fails.
+  """
+  launch_utils.require_markers("multihost", "e2e")
+  out.mkdir(parents=True, exist_ok=True)
+  script = out / "cluster.py"
+  script.write_text(_CLUSTER)
+  names = da_options.DaOptions(trainer_hosts=2, rollout_hosts=2)
+  cluster = subprocess.Popen(
+      [sys.executable, str(script), json.dumps(
+          [names.rollout_actor_names(0) + names.rollout_actor_names(1),
+           names.namespace])],
+      env=launch_utils.launcher_env(), stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE, text=True)
+  try:
+    started = json.loads(cluster.stdout.readline() or "null")
+    assert started, "the external Ray cluster did not start"
+    metrics = out / "metrics.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, str(example_runs.EXAMPLE), *flags,
+         f"--ray_address={started['address']}", f"--dump_dir={out}",
+         f"--metrics_out={metrics}", f"--timeout={timeout - 100}"],
+        env=launch_utils.launcher_env(started["auth_env"]),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = {}
+
+    def watch():
+      while proc.poll() is None:
+        if metrics.exists() and metrics.read_text().strip():
+          job = sockets.tree(proc.pid)
+          seen["job_names"] = [p.name() for p in job]
+          seen["listening"] = sockets.listeners(
+              job + sockets.tree(cluster.pid))
+          return
+        time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+      output, _ = proc.communicate(timeout=timeout)
+    finally:
+      if proc.poll() is None:
+        proc.kill()
+    watcher.join(timeout=5)
+    (out / "console.txt").write_text(output)
+    assert proc.returncode == 0, output[-6000:]
+    (out / "listening.json").write_text(json.dumps(seen))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (
+        _actor_pids("RolloutHost") or _actor_pids("TrainerHost")):
+      time.sleep(0.2)
+    actors_left = _actor_pids("RolloutHost") + _actor_pids("TrainerHost")
+    cluster.stdin.write("job ended\n")
+    cluster.stdin.flush()
+    after = json.loads(cluster.stdout.readline() or "null")
+    cluster.stdin.close()
+    cluster.wait(timeout=120)
+    (out / "cluster.json").write_text(json.dumps({
+        **started, "after_job": after, "actor_pids_left": actors_left,
+        "returncode": cluster.returncode,
+        "left_after_stop": ray_local.session_pids(started["temp_dir"]),
+    }))
+    return out
+  finally:
+    if cluster.poll() is None:
+      cluster.kill()
+      cluster.wait()
 
 
 def _actor_pids(actor_class: str) -> list[int]:
@@ -154,6 +287,11 @@ def _eval_calls(out: pathlib.Path) -> list[dict]:
 
 
 def test_synchronous_equals_colocated(da_runs, equivalence_runs):
+  # The issue names 1 trainer host x 2 devices; the session's colocated runs
+  # (conftest `equivalence_runs`) have no 1 x 2 run with these flags, and the
+  # parameters match within 1e-6 only on the same trainer mesh (module doc),
+  # so this compares 1 x 4 with the existing 1 x 4 run rather than adding a
+  # colocated run for it.
   colocated, da = equivalence_runs["mcjax1"], da_runs["k0"]
   example_runs.assert_same_rollouts_and_rewards(colocated, da)
   assert _eval_calls(da) == _eval_calls(colocated)
@@ -168,10 +306,14 @@ def test_synchronous_records(da_runs):
   assert [r["policy_version"] for r in records] == [0, 1]
   assert [r["staleness"] for r in records] == [0, 0]
   for r in records:
+    assert set(records_lib.DISAGGREGATED_FIELDS) <= set(r), r
     assert r["weights_bytes"] > 0 and r["weights_put_s"] >= 0
     assert r["rollout_wait_s"] > 0 and r["weights_wait_s"] >= 0
+    # The get and the install of the batch's weights, timed on the rollout
+    # hosts (the initial publication for step 1).
+    assert r["weights_get_s"] > 0 and r["weights_install_s"] > 0
     # No correction on policy: the weights are not even computed.
-    assert "is_weight_mean" not in r
+    assert not set(records_lib.DISAGGREGATED_IS_FIELDS) & set(r)
 
 
 @pytest.mark.parametrize("run", ["k1", "k1_lr0"])
@@ -187,6 +329,11 @@ def test_one_step_stale_schedule(da_runs, run):
   assert ([r["prompts_digest"] for r in records[:2]]
           == [r["prompts_digest"] for r in k0])
   assert len({r["prompts_digest"] for r in records}) == 3
+  # weights_get_s / weights_install_s are those of the batch's version:
+  # steps 1 and 2 report version 0's one installation, step 3 version 1's.
+  for key in ("weights_get_s", "weights_install_s"):
+    assert records[0][key] == records[1][key] > 0, key
+    assert records[2][key] != records[1][key] and records[2][key] > 0, key
 
 
 def test_lora_publishes_only_adapters(da_runs):
@@ -225,10 +372,14 @@ def test_a_killed_rollout_host_loses_no_prompt(da_runs):
   assert records[-1]["rollout_host_failures"] >= 1
   assert re.search(r"rollout host \d died",
                    (killed / "console.txt").read_text())
-  # The same batches, each trained once, with the same completions: no row
-  # lost, none trained twice, re-issued rows drew the same samples.
-  assert ([r["prompts_digest"] for r in records]
-          == [r["prompts_digest"] for r in _records(clean)])
+  # Every prompt trained exactly once: per step, the same prompt digest as
+  # the clean run's (same prompts, same step), 3 different batches, none
+  # repeated or skipped.
+  digests = [r["prompts_digest"] for r in records]
+  assert [r["step"] for r in records] == [1, 2, 3]
+  assert None not in digests and len(set(digests)) == 3, digests
+  assert digests == [r["prompts_digest"] for r in _records(clean)]
+  # The same completions: re-issued rows drew the same samples.
   example_runs.assert_same_rollouts_and_rewards(clean, killed, calls=3)
   pa, pb = np.load(clean / "params.npz"), np.load(killed / "params.npz")
   for k in pa.files:
@@ -249,6 +400,39 @@ def test_the_job_listens_on_loopback_only(da_runs):
   listening = json.loads((da_runs["killed"] / "listening.json").read_text())
   names = {name for _, name, _, _ in listening}
   assert {"gcs_server", "raylet"} <= names, names
+  assert [s for s in listening if not sockets.is_loopback(s[2])] == []
+
+
+def test_a_job_on_an_existing_cluster_leaves_it_running_without_its_actors(
+    da_runs):
+  out = da_runs["k1_lr0"]
+  cluster = json.loads((out / "cluster.json").read_text())
+  console = (out / "console.txt").read_text()
+  assert f"connected to the Ray cluster at {cluster['address']}" in console
+  assert len(_records(out)) == 3  # The job ran (records checked above too).
+  after = cluster["after_job"]
+  # The cluster still runs work that needs all of it: the job's actors and
+  # placement group gave back every CPU.
+  assert after["task_pid"] > 0 and after["free_cpus"] == 4, after
+  assert after["group_resources"] == [] and after["named_actors_left"] == []
+  assert cluster["actor_pids_left"] == []
+  # The cluster stopped when its owner closed it, not before.
+  assert cluster["returncode"] == 0 and cluster["left_after_stop"] == []
+
+
+def test_a_job_on_an_existing_cluster_listens_on_loopback_only(da_runs):
+  out = da_runs["k1_lr0"]
+  seen = json.loads((out / "listening.json").read_text())
+  listening = seen["listening"]
+  # The job connected: it started no Ray server of its own.
+  assert not {"gcs_server", "raylet"} & set(seen["job_names"]), seen
+  assert {"gcs_server", "raylet"} <= {s[1] for s in listening}, listening
+  # Trainer host 0 chose the coordinator: its node's IP (this cluster's is
+  # loopback) and a port free there, on which its process listens.
+  address = re.search(r"trainer coordinator at (\S+):(\d+)",
+                      (out / "console.txt").read_text())
+  assert address and address[1] == "127.0.0.1", address
+  assert int(address[2]) in {s[3] for s in listening}, listening
   assert [s for s in listening if not sockets.is_loopback(s[2])] == []
 
 

@@ -54,9 +54,10 @@ class DisaggregatedJobTest(absltest.TestCase):
 
   def test_unsupported_settings_are_refused_before_hosts_start(self):
     for kwargs, message in (
-        (dict(mini_batch_size=4, batch_size=8), "one optimizer update"),
+        (dict(mini_batch_size=4, micro_batch_size=2, batch_size=8),
+         "one optimizer update"),
         (dict(num_iterations=2), "num_iterations=1"),
-        (dict(engine="vllm"), "rollout hosts run"),
+        (dict(engine="vllm_tpu"), "rollout hosts run"),
         (dict(batch_size=6, trainer_hosts=4, rollout_hosts=4),
          "does not divide over --trainer_hosts"),
     ):
@@ -66,9 +67,31 @@ class DisaggregatedJobTest(absltest.TestCase):
           grpo_job.check_job(cfg, num_hosts=cfg.trainer_hosts,
                              devices_per_host=2)
 
-  def test_a_supported_job_passes(self):
-    cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", batch_size=4)
+  def test_checkpoints_are_accepted_and_fingerprint_the_staleness(self):
+    cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", batch_size=4,
+                                 checkpoint_dir="/tmp/unused_ckpt",
+                                 max_staleness=2, is_cap=3.0)
     grpo_job.check_job(cfg, num_hosts=1, devices_per_host=2)
+    fingerprint = cfg.checkpoint_fingerprint()
+    self.assertEqual((fingerprint["max_staleness"], fingerprint["is_cap"]),
+                     (2, 3.0))
+    # A colocated run's checkpoint has no such keys (a K = 0 DA run may
+    # resume it: the same numbers).
+    colocated = grpo_job.GrpoJobConfig(backend="mcjax", batch_size=4)
+    self.assertNotIn("max_staleness", colocated.checkpoint_fingerprint())
+
+  def test_micro_batches_of_one_update_are_accepted(self):
+    # Gradient accumulation: 2 micro-batches, one optimizer update.
+    cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", batch_size=4,
+                                 mini_batch_size=4, micro_batch_size=2)
+    grpo_job.check_job(cfg, num_hosts=1, devices_per_host=2)
+
+  def test_a_supported_job_passes(self):
+    for engine in ("native", "vllm"):
+      with self.subTest(engine=engine):
+        cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", batch_size=4,
+                                     engine=engine)
+        grpo_job.check_job(cfg, num_hosts=1, devices_per_host=2)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Tests of tunix_mcjax.da.ray_local: a local Ray head on loopback only.
+"""Tests of tunix_mcjax.da.ray_local: a local Ray head on loopback only
+(and, without Ray, the launcher's placement options).
 
 One Ray start for the module: a child process opens a RaySession, runs an
 actor that imports JAX with fake CPU devices, reports, and waits; the test
@@ -36,6 +37,7 @@ import time
 import psutil
 import pytest
 
+from tunix_mcjax.da import launcher
 from tunix_mcjax.da import ray_local
 
 import sockets
@@ -299,3 +301,48 @@ def test_session_pids_finds_a_marked_process(tmp_path):
     proc.kill()
     proc.wait()
   assert ray_local.session_pids(marker) == []
+
+
+def test_loopback_cluster_addresses_are_recognized(monkeypatch):
+  # A cluster reached on loopback is connected to on loopback.
+  assert ray_local._on_loopback("127.0.0.1:6379")  # pylint: disable=protected-access
+  assert ray_local._on_loopback("ray://localhost:10001")  # pylint: disable=protected-access
+  assert not ray_local._on_loopback("10.0.0.2:6379")  # pylint: disable=protected-access
+  monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6380")
+  assert ray_local._on_loopback("auto")  # pylint: disable=protected-access
+  monkeypatch.delenv("RAY_ADDRESS")
+  assert not ray_local._on_loopback("auto")  # pylint: disable=protected-access
+
+
+# --- placement (no Ray started) -----------------------------------------------
+
+
+def test_placement_takes_one_bundle_per_actor():
+  placement = launcher.Placement(
+      bundle=launcher.parse_bundle(["CPU=8", "GPU=1", "TPU=4", "memory=1e9"]))
+  assert placement.strategy == "SPREAD"
+  assert placement.actor_resources() == {
+      "num_cpus": 8, "num_gpus": 1, "memory": 1000000000,
+      "resources": {"TPU": 4}}
+  assert placement.local_cpus(3) == 24
+  # The default: one CPU per host; a local head offers one per host.
+  assert launcher.Placement().actor_resources() == {"num_cpus": 1}
+  assert launcher.Placement().local_cpus(3) == 3
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"strategy": "spread"}, "strategy"),
+    ({"bundle": {}}, "at least one"),
+    ({"bundle": {"CPU": 0}}, "at least one"),
+    ({"bundle": {"CPU": -1}}, ">= 0"),
+    ({"timeout_s": 0}, "timeout_s"),
+])
+def test_placement_refuses(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    launcher.Placement(**kwargs)
+
+
+@pytest.mark.parametrize("items", [["CPU"], ["=1"], ["CPU=x"]])
+def test_parse_bundle_refuses(items):
+  with pytest.raises(ValueError, match="NAME=AMOUNT"):
+    launcher.parse_bundle(items)

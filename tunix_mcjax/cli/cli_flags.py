@@ -26,6 +26,7 @@ from absl import flags
 from tunix_mcjax import support
 from tunix_mcjax.cli.options import BACKENDS
 from tunix_mcjax.cli.options import CliOptions
+from tunix_mcjax.cli.options import ConfigError
 
 # Host processes of a local simulation when --num_hosts is not given.
 LOCAL_SIM_NUM_HOSTS = 2
@@ -34,8 +35,9 @@ BACKEND = flags.DEFINE_enum(
     "backend",
     BACKENDS[0],
     list(BACKENDS),
-    "RL cluster backend: 'tunix' (stock, single controller) or 'mcjax' (one"
-    " process per host).",
+    "RL cluster backend: 'tunix' (stock, single controller), 'mcjax' (one"
+    " process per host) or 'mcjax_da' (trainer hosts and rollout hosts"
+    " apart, from the actor's and the rollout's meshes; docs/cli.md).",
 )
 NUM_HOSTS = flags.DEFINE_integer(
     "num_hosts",
@@ -116,6 +118,57 @@ MESH = flags.DEFINE_enum(
     " widths (read from a local checkpoint's config.json), else hsdp. A"
     " 3-axis (data, fsdp, tp) actor mesh is hsdp.",
 )
+TRAINER_HOSTS = flags.DEFINE_integer(
+    "trainer_hosts",
+    None,
+    "mcjax_da only: trainer processes. Default: the size of"
+    " actor_model_config.mesh / --devices_per_host.",
+)
+ROLLOUT_HOSTS = flags.DEFINE_integer(
+    "rollout_hosts",
+    None,
+    "mcjax_da only: rollout processes, one local engine each. Default: the"
+    " size of rollout_model_config.mesh / --devices_per_host (needed when"
+    " the rollout has no mesh of its own).",
+)
+MAX_STALENESS = flags.DEFINE_integer(
+    "max_staleness",
+    1,
+    "mcjax_da only: most policy versions a trained rollout may lag; 0 ="
+    " synchronous, 1 = generate the next batch while training this one.",
+)
+IS_CAP = flags.DEFINE_float(
+    "is_cap",
+    2.0,
+    "mcjax_da only: cap C of the truncated importance weight"
+    " min(exp(logp_trainer - logp_sampler), C) per token (max_staleness >= 1).",
+)
+RAY_ADDRESS = flags.DEFINE_string(
+    "ray_address",
+    None,
+    "mcjax_da only: an existing Ray cluster to run on (HOST:PORT of its GCS,"
+    " ray://HOST:PORT, or 'auto'); the job kills only its own actors and"
+    " leaves it running. Default: a Ray head of the job's own on 127.0.0.1.",
+)
+RAY_PLACEMENT_STRATEGY = flags.DEFINE_enum(
+    "ray_placement_strategy",
+    "SPREAD",
+    ["SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK"],
+    "mcjax_da only: Ray placement-group strategy over the hosts' bundles"
+    " (one per host).",
+)
+RAY_BUNDLE = flags.DEFINE_list(
+    "ray_bundle",
+    ["CPU=1"],
+    "mcjax_da only: Ray resources of each host's bundle, NAME=AMOUNT items"
+    " (e.g. CPU=8,TPU=4 or CPU=8,GPU=1).",
+)
+PARAMS_OUT = flags.DEFINE_string(
+    "params_out",
+    None,
+    "After training, host 0 writes the actor's final parameters to this .npz"
+    " file (any backend; for comparing backends).",
+)
 RUN_EVAL = flags.DEFINE_bool(
     "run_eval",
     False,
@@ -127,6 +180,12 @@ RUN_EVAL = flags.DEFINE_bool(
 
 def options_from_flags() -> CliOptions:
   """This entry point's options from its parsed flags; ConfigError if bad."""
+  da_only = [f"--{f.name}" for f in (MAX_STALENESS, IS_CAP, RAY_ADDRESS,
+                                      RAY_PLACEMENT_STRATEGY, RAY_BUNDLE)
+             if f.present]
+  if da_only and BACKEND.value != "mcjax_da":
+    raise ConfigError(f"{', '.join(da_only)} apply to --backend=mcjax_da"
+                      " only.")
   return CliOptions(
       backend=BACKEND.value,
       metrics_out=METRICS_OUT.value,
@@ -140,4 +199,9 @@ def options_from_flags() -> CliOptions:
       run_eval=RUN_EVAL.value,
       mesh=MESH.value,
       reward_workers=REWARD_WORKERS.value,
+      trainer_hosts=TRAINER_HOSTS.value,
+      rollout_hosts=ROLLOUT_HOSTS.value,
+      max_staleness=MAX_STALENESS.value,
+      is_cap=IS_CAP.value,
+      params_out=PARAMS_OUT.value,
   )

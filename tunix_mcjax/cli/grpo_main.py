@@ -48,7 +48,16 @@ differs between backends:
   Without a detected cluster the command re-runs itself as --num_hosts local
   processes (`launch.relaunch_as_local_hosts`).
 
-Under both backends, the literal first argument `base_config.yaml` means
+* `--backend=mcjax_da`: trainer hosts and rollout hosts apart, on Ray. The
+  parent process maps the config's actor and rollout meshes onto hosts
+  (`cli.disaggregated.plan`: trainer hosts = actor mesh size / devices per
+  host, rollout hosts = rollout mesh size / devices per host, the reference
+  with the actor), refusing what cannot map, then starts them through
+  `da.launcher`: each trainer host runs this pipeline as a host of mcjax
+  does, with the cluster `McJaxDaRLCluster`; each rollout host builds the
+  actor's model from the same config (`da.model_source.CliSource`).
+
+Under every backend, the literal first argument `base_config.yaml` means
 Tunix's own `tunix/cli/base_config.yaml` (see `base_config`).
 
 How the swap works: `GrpoPipeline` looks three names up in its module at call
@@ -91,6 +100,7 @@ from tunix_mcjax.telemetry import stock as telemetry_stock
 from tunix_mcjax.cli import base_config
 from tunix_mcjax.cli import checkpoints
 from tunix_mcjax.cli import cli_flags
+from tunix_mcjax.cli import config_checks
 from tunix_mcjax.cli import data
 from tunix_mcjax.cli.options import CliOptions
 from tunix_mcjax.cli.options import ConfigError
@@ -101,97 +111,7 @@ check_tunix_seams = tunix_cli.check_tunix_seams
 # point's own, and callers read them here as options.
 flags.adopt_module_key_flags(cli_flags)
 options_from_flags = cli_flags.options_from_flags
-
-
-# --- mcjax configuration checks -----------------------------------------------
-
-
-def _positive(name: str, value: Any) -> int | None:
-  if value is None:
-    return None
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise ConfigError(f"{name} must be an integer >= 1, got {value!r}.")
-  return value
-
-
-def check_mcjax_config(
-    pipeline: tunix_cli.GrpoPipeline,
-    *,
-    num_hosts: int,
-    devices_per_host: int | None = None,
-) -> int:
-  """Checks that mcjax can run `pipeline`'s config on this many hosts.
-
-  The rules are `tunix_mcjax.support`'s; this reads what they need from the
-  pipeline. Uses no JAX device, so the parent process runs it before
-  starting any host.
-
-  Args:
-    pipeline: The parsed Tunix config.
-    num_hosts: Number of hosts (processes).
-    devices_per_host: Devices per host; None derives it from the actor mesh.
-
-  Returns:
-    The devices per host.
-
-  Raises:
-    ConfigError: Listing everything mcjax cannot honour, with the fix.
-  """
-  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import engines
-  from tunix_mcjax.registry import ENGINES
-  # pylint: enable=g-import-not-at-top
-
-  del engines  # Registers the built-in engines.
-  _positive("--num_hosts", num_hosts)
-  _positive("--devices_per_host", devices_per_host)
-  unreadable: list[str] = []
-  # Roles: all on the actor's mesh (colocated). Tunix gives every role with
-  # its own `mesh` a separate device slice (disaggregated).
-  try:
-    owners = tunix_cli.resolve_mesh_owners(pipeline)
-  except ValueError as e:
-    owners = {}
-    unreadable.append(f"role meshes: {e}")
-  separate = [
-      (role.value, tunix_cli.role_model_key(pipeline, role))
-      for role, owner in owners.items()
-      if owner != compat.Role.ACTOR
-  ]
-  try:
-    shape, names = pipeline.parse_mesh_config("actor_model_config")
-  except (ValueError, KeyError) as e:
-    shape, names = None, None
-    unreadable.append(f"actor_model_config.mesh: {e}")
-  if shape is not None:
-    # The trainer mesh (--mesh): a layout problem is check_job's to report.
-    per_host, layout_problem = support.mesh_layout(
-        shape, num_hosts=num_hosts, devices_per_host=devices_per_host)
-    if layout_problem is None:
-      try:
-        names = pipeline.mesh_choice(
-            num_hosts=num_hosts, devices_per_host=per_host).axis_names
-      except ConfigError as e:
-        unreadable.append(str(e))
-  check = support.check_job(
-      pipeline.config,
-      num_hosts=num_hosts,
-      devices_per_host=devices_per_host,
-      engine_names=ENGINES.names(),
-      separate_roles=separate,
-      mesh_shape=shape,
-      mesh_axis_names=names,
-      engine=pipeline.options.engine,
-      balance_by_length=pipeline.options.optimizations().balance_admission,
-  )
-  problems = [*unreadable, *check.problems,
-              *data.missing_local_inputs(pipeline.config)]
-  if problems:
-    raise ConfigError(
-        "this config cannot run with --backend=mcjax:\n  - "
-        + "\n  - ".join(problems)
-    )
-  return check.devices_per_host
+check_mcjax_config = config_checks.check_mcjax_config
 
 
 # --- per-step records for the stock cluster -----------------------------------
@@ -234,7 +154,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
   # --- meshes and cluster config (public GrpoPipeline methods) ---------------
 
   def create_role_to_mesh(self):
-    if self.options.backend != "mcjax":
+    if not self.options.multi_controller:
       try:
         return super().create_role_to_mesh()
       except ValueError:
@@ -386,11 +306,11 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
             "create_model": functools.partial(self._create_model, model_lib)
         }
     }
-    if self.options.backend == "mcjax":
+    if self.options.multi_controller:
       replacements["rl_cluster_lib"] = {"RLCluster": self._create_mcjax_cluster}
     with tunix_cli.replaced_calls(**replacements):
       cluster = super().create_rl_cluster(tokenizer)
-    if self.options.backend == "mcjax":
+    if self.options.multi_controller:
       from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
 
       if not isinstance(cluster, cluster_lib.McJaxRLCluster):
@@ -400,7 +320,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         )
     elif self.options.metrics_out:
       StockStepRecorder(cluster, self.options.metrics_out, self._admission)
-    if (self.options.backend != "mcjax"
+    if (not self.options.multi_controller
         and self.options.placement_invariant_sampling):
       from tunix_mcjax import admission as admission_lib  # pylint: disable=g-import-not-at-top
 
@@ -428,6 +348,30 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     return fns if clock is None else telemetry.timed_reward_fns(fns, clock)
 
   def run_grpo_trainer(self):
+    result = self._train()
+    if self.options.params_out:
+      self._write_params(self.options.params_out)
+    return result
+
+  def _write_params(self, path: str) -> None:
+    """The actor's final parameters, gathered (a collective on every host);
+    host 0 writes them as .npz, by parameter path."""
+    # pylint: disable=g-import-not-at-top
+    from flax import nnx
+    import jax
+    from jax.experimental import multihost_utils
+    import numpy as np
+    from tunix_mcjax import publication
+    # pylint: enable=g-import-not-at-top
+
+    params = jax.tree.map(np.asarray, multihost_utils.process_allgather(
+        publication.flat_by_name(
+            nnx.state(self.rl_cluster.actor_trainer.model, nnx.Param)),
+        tiled=True))
+    if jax.process_index() == 0:
+      np.savez(path, **params)
+
+  def _train(self):
     if not (self.options.deals_prompts or self.options.run_eval):
       return super().run_grpo_trainer()
     mode = self.config.get("training_mode", "grpo")
@@ -449,6 +393,29 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     ):
       return super().run_grpo_trainer()
 
+  def create_actor_model(self, mesh) -> Any:
+    """The actor's model on `mesh`, as Tunix's `create_rl_cluster` builds it
+    (the reference section's model without LoRA, then the actor's LoRA).
+
+    For mcjax_da's rollout hosts (`da.model_source.CliSource`): the trainers'
+    publications then replace its weights.
+    """
+    model_lib = tunix_cli.pipeline_module("model_lib")
+    reference = dict(self._config_mapping("reference_model_config"))
+    reference.pop("lora_config", None)
+    model, _ = self._create_model(
+        model_lib, reference, self._config_mapping("tokenizer_config"), mesh)
+    lora = self._config_mapping("actor_model_config").get("lora_config")
+    if lora:
+      model = model_lib.apply_lora_to_model(model, mesh, lora)
+    return model
+
+  def create_tokenizer(self) -> Any:
+    """The tokenizer Tunix's pipeline builds from `tokenizer_config`."""
+    model_lib = tunix_cli.pipeline_module("model_lib")
+    config = self._config_mapping("tokenizer_config")
+    return model_lib.create_tokenizer(config, config["tokenizer_path"])
+
   def _create_model(self, real_model_lib, model_config, tokenizer_config, mesh):
     path = checkpoints.local_checkpoint_dir(model_config)
     if path is None:
@@ -468,8 +435,12 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
   def _create_mcjax_cluster(self, **kwargs: Any):
     import tunix_mcjax  # pylint: disable=g-import-not-at-top
 
+    if self.options.backend == "mcjax_da":
+      # The trainer hosts' cluster; its engine is this host's rollout hosts.
+      kwargs.update(da=self.options.da_options(),
+                    num_generations=self._num_generations)
     return tunix_mcjax.create_rl_cluster(
-        "mcjax", options=self.mcjax_options(), **kwargs
+        self.options.backend, options=self.mcjax_options(), **kwargs
     )
 
   def mcjax_options(self) -> Any:
@@ -508,7 +479,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     """This host's share of each global test batch, with eval row ids."""
     if self.rl_cluster is None:
       raise RuntimeError("The dataset was iterated before the cluster exists.")
-    if self.options.backend == "mcjax":
+    if self.options.multi_controller:
       return self.rl_cluster.shard_eval_dataset(
           global_batches, num_generations=self._num_generations
       )
@@ -518,7 +489,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     """This host's share of each global batch, with row ids recorded."""
     if self.rl_cluster is None:
       raise RuntimeError("The dataset was iterated before the cluster exists.")
-    if self.options.backend == "mcjax":
+    if self.options.multi_controller:
       return self.rl_cluster.shard_dataset(
           global_batches, num_generations=self._num_generations,
           loss_agg_mode=(self.config.get("grpo_config") or {}).get(
@@ -546,7 +517,7 @@ def _fail(message: str) -> NoReturn:
   sys.exit(2)
 
 
-def _run_pipeline(argv: list[str], options: CliOptions) -> None:
+def run_pipeline(argv: list[str], options: CliOptions) -> None:
   """Tunix's own `main` with our pipeline class in place of GrpoPipeline."""
   tunix_cli.run_main(
       argv, functools.partial(GrpoCliPipeline, options=options)
@@ -590,6 +561,47 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
   )
 
 
+def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
+  """mcjax_da: maps the config onto trainer and rollout hosts (refusing
+  what cannot map, before anything starts), then runs them on Ray."""
+  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.cli import disaggregated
+  from tunix_mcjax.da import launcher
+  # pylint: enable=g-import-not-at-top
+
+  if cli_flags.NUM_HOSTS.present:
+    _fail("--num_hosts does not apply to --backend=mcjax_da: its hosts come"
+          " from the actor and rollout meshes (or --trainer_hosts and"
+          " --rollout_hosts).")
+  try:
+    pipeline = GrpoCliPipeline(argv, options=options)
+    plan = disaggregated.plan(
+        pipeline, devices_per_host=cli_flags.DEVICES_PER_HOST.value)
+    # As the example's flags: the Ray cluster and the hosts' placement.
+    placement = launcher.Placement(
+        strategy=cli_flags.RAY_PLACEMENT_STRATEGY.value,
+        bundle=launcher.parse_bundle(cli_flags.RAY_BUNDLE.value))
+    if cli_flags.RAY_ADDRESS.value is not None:
+      launcher.ray_local.RaySessionConfig(
+          address=cli_flags.RAY_ADDRESS.value)
+  except ValueError as e:  # ConfigError, or Tunix's own config errors.
+    _fail(str(e))
+  print(f"[grpo_main] mcjax_da: {plan.describe()}", flush=True)
+  if options.metrics_out and os.path.exists(options.metrics_out):
+    os.remove(options.metrics_out)  # One run per file.
+  try:
+    launcher.run_local(
+        disaggregated.CliTask(argv=tuple(argv), options=plan.options),
+        rollout_source=plan.rollout_source(argv),
+        devices_per_host=plan.devices_per_host,
+        timeout_s=cli_flags.TIMEOUT.value,
+        ray_address=cli_flags.RAY_ADDRESS.value, placement=placement)
+  except RuntimeError as e:
+    print(f"grpo_main: error: {e}", file=sys.stderr, flush=True)
+    return 1
+  return 0
+
+
 def _main_host(argv: list[str], options: CliOptions) -> None:
   """One host of an mcjax job (local simulation or a real cluster)."""
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
@@ -607,12 +619,12 @@ def _main_host(argv: list[str], options: CliOptions) -> None:
 
 
 def _run_pipeline_or_fail(argv: list[str], options: CliOptions) -> None:
-  """`_run_pipeline`; a bad input found while running (a reward function
+  """`run_pipeline`; a bad input found while running (a reward function
   that raises or returns NaN) is one line and exit 2, not a traceback."""
   from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
 
   try:
-    _run_pipeline(argv, options)
+    run_pipeline(argv, options)
   except validation.InputError as e:
     _fail(str(e))
 
@@ -631,6 +643,9 @@ def main(argv: Sequence[str]) -> None:
     return
   if tunix_cli.pathways_bns():
     _fail("--pathways_bns: mcjax runs without Pathways (one process per host).")
+  if options.backend == "mcjax_da":
+    # This process is the driver: Ray runs the trainer and rollout hosts.
+    sys.exit(_start_disaggregated(argv, options))
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
   if runtime.in_multi_controller_environment():

@@ -63,6 +63,12 @@ class CliOptions:
     reward_workers: either backend: score the reward functions in a per-host
       pool of this many processes (`tunix_mcjax.rewards_pool`); 0:
       in-process (stock).
+    trainer_hosts, rollout_hosts: mcjax_da only: trainer and rollout
+      processes; None: from the actor and rollout meshes
+      (`cli.disaggregated.plan`).
+    max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s.
+    params_out: after training, host 0 writes the actor's final parameters
+      to this .npz file (any backend; for comparing backends).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -77,6 +83,11 @@ class CliOptions:
   publish_in_one_call: bool | None = None
   mesh: str | None = None
   reward_workers: int = 0
+  trainer_hosts: int | None = None
+  rollout_hosts: int | None = None
+  max_staleness: int = 1
+  is_cap: float = 2.0
+  params_out: str | None = None
 
   def __post_init__(self):
     if self.reward_workers < 0:
@@ -97,9 +108,10 @@ class CliOptions:
                                   *MCJAX_SWITCHES)
         if getattr(self, name) is not None
     ]
-    if mcjax_only and self.backend != "mcjax":
+    if mcjax_only and not self.multi_controller:
       raise ConfigError(
-          f"{', '.join(mcjax_only)} apply to --backend=mcjax only (the"
+          f"{', '.join(mcjax_only)} apply to --backend=mcjax (or mcjax_da)"
+          " only (the"
           " tunix backend's engine is rollout_engine, its mesh the config's"
           " actor mesh, and it has no O1-O4)."
       )
@@ -110,6 +122,19 @@ class CliOptions:
       self.optimizations()
     except ValueError as e:
       raise ConfigError(f"--profile: {e}") from e
+    da_only = [f"--{name}" for name in ("trainer_hosts", "rollout_hosts")
+               if getattr(self, name) is not None]
+    if da_only and self.backend != "mcjax_da":
+      raise ConfigError(
+          f"{', '.join(da_only)} apply to --backend=mcjax_da only; the other"
+          " backends' hosts come from --num_hosts.")
+    if self.backend == "mcjax_da":
+      try:
+        self.da_options(trainer_hosts=self.trainer_hosts or 1,
+                        rollout_hosts=self.rollout_hosts or
+                        (self.trainer_hosts or 1))
+      except ValueError as e:
+        raise ConfigError(str(e)) from e
 
   def optimizations(self) -> Any:
     """The mcjax `HostOptimizations` (O1-O4) these options ask for."""
@@ -119,6 +144,26 @@ class CliOptions:
     )
 
   @property
+  def multi_controller(self) -> bool:
+    """Whether the trainers run as one process per host (mcjax, mcjax_da)."""
+    return self.backend in ("mcjax", "mcjax_da")
+
+  @property
   def deals_prompts(self) -> bool:
     """Whether batches go through admission (row ids, equal host shares)."""
-    return self.backend == "mcjax" or self.placement_invariant_sampling
+    return self.multi_controller or self.placement_invariant_sampling
+
+  def da_options(self, **overrides: Any) -> Any:
+    """mcjax_da: the `DaOptions` of these options (host counts resolved by
+    `cli.disaggregated.plan`, or given in `overrides`)."""
+    from tunix_mcjax.da import options as da_options  # pylint: disable=g-import-not-at-top
+
+    fields = dict(trainer_hosts=self.trainer_hosts,
+                  rollout_hosts=self.rollout_hosts,
+                  max_staleness=self.max_staleness, is_cap=self.is_cap)
+    fields.update(overrides)
+    if fields["trainer_hosts"] is None or fields["rollout_hosts"] is None:
+      raise ConfigError(
+          "--backend=mcjax_da: the trainer and rollout host counts are not"
+          " resolved yet (cli.disaggregated.plan resolves them).")
+    return da_options.DaOptions(**fields)

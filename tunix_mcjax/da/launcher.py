@@ -23,9 +23,17 @@ Ray session (`ray_local`: locally a head bound to 127.0.0.1), then:
 2. T trainer hosts: Ray actors that each run the GRPO job
    (`recipes.grpo_job.run`, backend "mcjax_da") as one process of the
    trainers' multi-controller JAX program (`jax.distributed` over the
-   trainer processes only, coordinator on loopback);
+   trainer processes only). Trainer host 0 runs its coordinator: on
+   loopback under a local head; on an existing cluster at its node's IP
+   (as Ray knows it) and a port free there, which trainer host 0 picks;
 3. waits for the trainers; the first failure of any actor ends the job: every
    actor is killed and Ray is shut down, and the error names the host.
+
+Every host has one bundle of a Ray placement group (`Placement`: SPREAD by
+default, so that hosts go to different nodes where the cluster has them and
+all fit on one node locally). On an existing cluster (`ray_address`) the job
+kills its own actors and removes its placement group when it ends, and
+leaves the cluster running.
 
 Ray is the only cluster manager here: no process of ours listens or
 schedules.
@@ -33,6 +41,9 @@ schedules.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+import dataclasses
+import math
 import sys
 import time
 from typing import Any
@@ -60,62 +71,261 @@ def _rollout_env(devices: int) -> dict[str, str]:
   }
 
 
+_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
+# Bundle keys that Ray's actor options take as arguments of their own.
+_NAMED_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+# How long an existing cluster gets to confirm the job's actors are dead.
+_KILL_WAIT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Placement:
+  """Where Ray puts the job's hosts: one placement-group bundle per host.
+
+  Attributes:
+    strategy: the placement group's strategy. "SPREAD" (default) puts hosts
+      on different nodes as far as the cluster has them and all on one node
+      locally; "STRICT_SPREAD" insists on a node per host; "PACK" and
+      "STRICT_PACK" fill nodes first.
+    bundle: the resources of one host's bundle, which its actor takes whole,
+      e.g. {"CPU": 1} (default), {"CPU": 8, "GPU": 1} or {"CPU": 8, "TPU":
+      4}. A local head offers CPU x hosts; other resources only as Ray
+      detects them on this machine.
+    timeout_s: how long to wait for the cluster to grant every bundle.
+  """
+
+  strategy: str = "SPREAD"
+  bundle: Mapping[str, float] = dataclasses.field(
+      default_factory=lambda: {"CPU": 1})
+  timeout_s: float = 300.0
+
+  def __post_init__(self):
+    if self.strategy not in _STRATEGIES:
+      raise ValueError(f"Placement strategy must be one of {_STRATEGIES}, got"
+                       f" {self.strategy!r}.")
+    if not isinstance(self.bundle, Mapping) or not all(
+        isinstance(k, str) and k and isinstance(v, (int, float))
+        and not isinstance(v, bool) and v >= 0
+        for k, v in self.bundle.items()) or not any(
+            v > 0 for v in self.bundle.values()):
+      raise ValueError(
+          "A host's bundle maps resource names to amounts >= 0, at least one"
+          f" of them > 0 (e.g. CPU=1 or CPU=8,TPU=4), got {self.bundle!r}."
+      )
+    if isinstance(self.timeout_s, bool) or not isinstance(
+        self.timeout_s, (int, float)) or not self.timeout_s > 0:
+      raise ValueError(f"timeout_s must be a number > 0, got"
+                       f" {self.timeout_s!r}.")
+
+  def local_cpus(self, hosts: int) -> int:
+    """CPUs a local head offers: every host's bundle."""
+    return max(1, math.ceil(self.bundle.get("CPU", 0) * hosts))
+
+  def actor_resources(self) -> dict[str, Any]:
+    """Ray actor options that take exactly one bundle."""
+    out: dict[str, Any] = {"num_cpus": 0}
+    custom = {}
+    for name, amount in self.bundle.items():
+      if name in _NAMED_RESOURCES:
+        out[_NAMED_RESOURCES[name]] = amount
+      else:
+        custom[name] = amount
+    if custom:
+      out["resources"] = custom
+    return out
+
+
+def parse_bundle(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+  """["CPU=1", "TPU=4"] (the example's --ray_bundle) -> {"CPU": 1, ...}."""
+  bundle = {}
+  for item in items:
+    name, sep, amount = item.partition("=")
+    try:
+      value = float(amount)
+    except ValueError:
+      value = None
+    if not sep or not name.strip() or value is None:
+      raise ValueError(
+          f"--ray_bundle takes NAME=AMOUNT items (e.g. CPU=1,TPU=4), got"
+          f" {item!r}."
+      )
+    bundle[name.strip()] = int(value) if value.is_integer() else value
+  return bundle
+
+
 def run_local(job: Any, *, devices_per_host: int, timeout_s: float,
-              session: ray_local.RaySessionConfig | None = None
-              ) -> dict[str, Any]:
-  """Runs `job` (backend "mcjax_da") on this machine; returns host 0's summary.
+              session: ray_local.RaySessionConfig | None = None,
+              ray_address: str | None = None,
+              placement: Placement | None = None,
+              rollout_source: Any = None) -> dict[str, Any]:
+  """Runs `job` (backend "mcjax_da") on Ray; returns host 0's summary.
+
+  Args:
+    job: the job's `GrpoJobConfig`.
+    devices_per_host: fake CPU devices of each host's process.
+    timeout_s: the longest wait for the rollout hosts' start and the job.
+    session: the Ray session (overrides ray_address); None: from ray_address.
+    ray_address: None starts a Ray head on this machine, on loopback only,
+      and stops it at the end; otherwise the address of an existing cluster
+      ("auto", "HOST:PORT" of its GCS, "ray://HOST:PORT"), which the job only
+      connects to and leaves running.
+    placement: the hosts' placement group (default `Placement()`).
+    rollout_source: what rollout hosts build their model and engine from (a
+      `model_source.ModelSource`, e.g. the CLI's); None: `job`. A `job`
+      with a `run()` method (the CLI's `CliTask`) is what trainer hosts run.
 
   Raises:
     RuntimeError: naming the host that failed (its traceback is printed by
-      Ray above), or the timeout.
+      Ray above), the placement the cluster could not grant, or the timeout.
   """
-  import ray  # pylint: disable=g-import-not-at-top
-
   da = job.da_options()
+  placement = placement or Placement()
   total = da.trainer_hosts + da.rollout_hosts
-  session = session or ray_local.RaySessionConfig(num_cpus=total,
-                                                  namespace=da.namespace)
+  if session is None:
+    session = (
+        ray_local.RaySessionConfig(address=ray_address, namespace=da.namespace)
+        if ray_address else ray_local.RaySessionConfig(
+            num_cpus=placement.local_cpus(total), namespace=da.namespace))
   t0 = time.perf_counter()
   with ray_local.RaySession(session):
-    _log(f"Ray up in {time.perf_counter() - t0:.1f} s; starting"
+    where = ("Ray up" if session.local
+             else f"connected to the Ray cluster at {session.address}")
+    _log(f"{where} in {time.perf_counter() - t0:.1f} s; starting"
          f" {da.rollout_hosts} rollout hosts and {da.trainer_hosts} trainer"
          f" hosts x {devices_per_host} CPU devices (max_staleness"
          f" {da.max_staleness})")
-    actor_opts = dict(num_cpus=0, namespace=da.namespace)
-    rollout_cls = ray.remote(rollout_host.RolloutHost)
-    rollouts = [
-        rollout_cls.options(
-            name=f"{options_lib.ROLLOUT_ACTOR_PREFIX}{i}",
-            runtime_env={"env_vars": _rollout_env(devices_per_host)},
-            # A crashed rollout host is restarted; the trainer host re-issues
-            # its rows (`remote_engine.RolloutLink`).
-            max_restarts=ROLLOUT_RESTARTS,
-            **actor_opts,
-        ).remote(job, i)
-        for i in range(da.rollout_hosts)
-    ]
-    _wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
-              what="rollout hosts to build their engines",
-              names=[f"rollout host {i}" for i in range(da.rollout_hosts)])
-    coordinator = f"{launch.LOOPBACK}:{launch.free_port()}"
-    trainer_cls = ray.remote(trainer_host.TrainerHost)
-    trainers = [
-        trainer_cls.options(
-            runtime_env={"env_vars": launch.host_env(
-                {"PYTHONUNBUFFERED": "1"}, coordinator=coordinator,
-                num_hosts=da.trainer_hosts, host_id=i,
-                devices_per_host=devices_per_host)},
-            # A trainer host that dies ends the job (resume: checkpoints).
-            max_restarts=0,
-            **actor_opts,
-        ).remote()
-        for i in range(da.trainer_hosts)
-    ]
-    summaries = _wait_all(
-        [t.run.remote(job) for t in trainers], timeout_s=timeout_s,
-        what="the trainer hosts to finish the job",
-        names=[f"trainer host {i}" for i in range(da.trainer_hosts)])
+    group = _place(total, placement, timeout_s=timeout_s)
+    actors = []
+    try:
+      summaries = _run_hosts(job, da, group, placement, actors,
+                             rollout_source=rollout_source,
+                             devices_per_host=devices_per_host,
+                             timeout_s=timeout_s, local=session.local)
+    finally:
+      # On an existing cluster nothing else would stop them before the
+      # driver disconnects; locally it shortens Ray's shutdown.
+      _release(actors, group, wait=not session.local)
   return summaries[0]
+
+
+def _place(hosts: int, placement: Placement, *, timeout_s: float) -> Any:
+  """The job's placement group (one bundle per host), once Ray granted it."""
+  import ray  # pylint: disable=g-import-not-at-top
+
+  group = ray.util.placement_group([dict(placement.bundle)] * hosts,
+                                 strategy=placement.strategy)
+  wait_s = min(placement.timeout_s, timeout_s)
+  ready, _ = ray.wait([group.ready()], timeout=wait_s)
+  if not ready:
+    free = ray.available_resources()
+    ray.util.remove_placement_group(group)
+    raise RuntimeError(
+        f"Ray could not place the job's {hosts} hosts ({placement.strategy},"
+        f" {dict(placement.bundle)} each) within {wait_s:.0f} s; the cluster"
+        f" has {free} free. Add nodes or free resources, or ask for less per"
+        " host (--ray_bundle) or another strategy (--ray_placement_strategy)."
+    )
+  return group
+
+
+def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
+               placement: Placement, actors: list[Any], *,
+               devices_per_host: int, timeout_s: float, local: bool,
+               rollout_source: Any = None) -> list[Any]:
+  """Starts the hosts (appended to `actors` as they are made); waits."""
+  import ray  # pylint: disable=g-import-not-at-top
+  from ray.util import scheduling_strategies  # pylint: disable=g-import-not-at-top
+
+  def actor_opts(bundle: int) -> dict[str, Any]:
+    return dict(
+        namespace=da.namespace,
+        scheduling_strategy=(
+            scheduling_strategies.PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=bundle)),
+        **placement.actor_resources())
+
+  rollout_cls = ray.remote(rollout_host.RolloutHost)
+  rollouts = []
+  for i in range(da.rollout_hosts):
+    rollouts.append(rollout_cls.options(
+        name=f"{options_lib.ROLLOUT_ACTOR_PREFIX}{i}",
+        runtime_env={"env_vars": _rollout_env(devices_per_host)},
+        # A crashed rollout host is restarted; the trainer host re-issues its
+        # rows (`remote_engine.RolloutLink`).
+        max_restarts=ROLLOUT_RESTARTS,
+        **actor_opts(i),
+    ).remote(job if rollout_source is None else rollout_source, i))
+    actors.append(rollouts[-1])
+  _wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
+            what="rollout hosts to build their engines",
+            names=[f"rollout host {i}" for i in range(da.rollout_hosts)])
+  trainer_cls = ray.remote(trainer_host.TrainerHost)
+  trainers = []
+  for i in range(da.trainer_hosts):
+    trainers.append(trainer_cls.options(
+        # The devices before JAX starts; the job's variables follow below.
+        runtime_env={"env_vars": _rollout_env(devices_per_host)},
+        # A trainer host that dies ends the job (resume: checkpoints).
+        max_restarts=0,
+        **actor_opts(da.rollout_hosts + i),
+    ).remote())
+    actors.append(trainers[-1])
+  names = [f"trainer host {i}" for i in range(da.trainer_hosts)]
+  # Trainer host 0 runs the coordinator, so it names the address: only it
+  # knows its node and which ports are free there.
+  (coordinator,) = _wait_all(
+      [trainers[0].coordinator_address.remote(loopback=local)],
+      timeout_s=timeout_s, what="the trainers' coordinator address",
+      names=names[:1])
+  _log(f"trainer coordinator at {coordinator} (trainer host 0)")
+  for i, trainer in enumerate(trainers):
+    # Runs before `run` (an actor's calls run in order).
+    trainer.set_env.remote(launch.host_env(
+        {"PYTHONUNBUFFERED": "1"}, coordinator=coordinator,
+        num_hosts=da.trainer_hosts, host_id=i,
+        devices_per_host=devices_per_host))
+  return _wait_all(
+      [t.run.remote(job) for t in trainers], timeout_s=timeout_s,
+      what="the trainer hosts to finish the job", names=names)
+
+
+def _release(actors: list[Any], group: Any, *, wait: bool) -> None:
+  """Kills the job's actors and removes its placement group.
+
+  Args:
+    actors: the job's actor handles.
+    group: its placement group.
+    wait: wait until Ray reports each actor dead (an existing cluster, which
+      outlives the job).
+  """
+  import ray  # pylint: disable=g-import-not-at-top
+
+  for actor in actors:
+    try:
+      ray.kill(actor, no_restart=True)
+    except Exception:  # pylint: disable=broad-exception-caught
+      pass  # Dead already.
+  deadline = time.monotonic() + _KILL_WAIT_S
+  for actor in actors if wait else ():
+    # A call on a killed actor fails once Ray has it dead (ray.kill returns
+    # before that; a call made meanwhile may still be answered).
+    while True:
+      try:
+        ray.get(actor.__ray_ready__.remote(),
+                timeout=max(0.1, deadline - time.monotonic()))
+      except ray.exceptions.GetTimeoutError:
+        pass
+      except Exception:  # pylint: disable=broad-exception-caught
+        break  # Dead.
+      if time.monotonic() > deadline:
+        _log(f"an actor of the job was not confirmed dead within"
+             f" {_KILL_WAIT_S:.0f} s of ray.kill")
+        break
+      time.sleep(0.1)
+  try:
+    ray.util.remove_placement_group(group)
+  except Exception:  # pylint: disable=broad-exception-caught
+    pass  # Ray is going down with the local head anyway.
 
 
 def _wait_all(refs: list[Any], *, timeout_s: float, what: str,

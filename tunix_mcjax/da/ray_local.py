@@ -19,7 +19,9 @@
 
 `address=None` starts a Ray head on this machine, owned by this process and
 bound to loopback only; any other address connects to an existing cluster,
-which `close()` leaves running.
+which `close()` leaves running (it only disconnects; the job's launcher kills
+its own actors first). An address on loopback (e.g. 127.0.0.1:6379, a cluster
+on this machine bound to loopback) is connected to on loopback.
 
 What keeps a local head on loopback (ray 2.60; tests/da/test_ray_local.py
 checks every listening socket of the job's processes):
@@ -343,9 +345,12 @@ class RaySession:
       backstop = threading.Timer(timeout + 5.0, self._kill_stuck_start)
       backstop.daemon = True
     ray_constants = None
-    if self.config.local:
+    if self.config.local or _on_loopback(self.config.address):
       # See the module docstring: keeps the node IP on loopback even when ray
-      # was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was set.
+      # was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was set. For a
+      # cluster reached on loopback (one on this machine bound to 127.0.0.1)
+      # it also stops ray.init from rewriting the address into the machine's
+      # routable one, where nothing listens.
       from ray._private import ray_constants  # pylint: disable=g-import-not-at-top
       cluster_flag = ray_constants.ENABLE_RAY_CLUSTER
       ray_constants.ENABLE_RAY_CLUSTER = False
@@ -580,6 +585,16 @@ def _alive(pid: int) -> bool:
       return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
   except (OSError, IndexError):
     return False
+
+
+def _on_loopback(address: str | None) -> bool:
+  """Whether a cluster address ("auto": RAY_ADDRESS) names a loopback host."""
+  if address == "auto":
+    address = os.environ.get("RAY_ADDRESS")
+  if not address:
+    return False
+  host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+  return host in _LOOPBACK
 
 
 def _is_int(value: Any) -> bool:

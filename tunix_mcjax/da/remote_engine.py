@@ -25,6 +25,10 @@ next K admitted batches are submitted too (with the last published policy),
 so rollout hosts generate them while the trainers train; a rollout host runs
 its calls in order, so a request submitted after a publication uses it. With
 K = 0 every batch is generated after the previous update was published.
+With micro-batches (gradient accumulation) the learner asks for a batch one
+micro-batch at a time; the prefetched requests then cover the rest of
+batch t and the next K batches in micro-batch requests, so every part of a
+batch carries one policy version.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ from tunix.sft import utils as sft_utils
 from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import base as engine_base
 
-# (prompts, row ids) of an admitted batch that is not generated yet.
-Upcoming = Callable[[int], Sequence[tuple[list[str], np.ndarray]]]
+# (prompts, row ids) of the learner's next generate calls, up to the end of
+# the next k admitted batches, in calls of the given number of rows.
+Upcoming = Callable[[int, int], Sequence[tuple[list[str], np.ndarray]]]
 
 
 # How often a trainer host asks whether a crashed rollout host is back.
@@ -78,6 +83,10 @@ class GeneratedBatch:
   rollout_wait_s: float
   generate_s: float
   weights_wait_s: float
+  # The slowest of the generating rollout hosts: seconds to get the batch's
+  # weights version from Ray's object store, and to install them.
+  weights_get_s: float
+  weights_install_s: float
   reissued_rows: int
 
 
@@ -112,6 +121,9 @@ class RolloutLink:
     self._weights: dict[int, Any] = {}
     self._installed: list[int | None] = [None] * len(self._handles)
     self._install_refs: dict[int, Any] = {}
+    # (version, rollout host) -> the installation that put that version
+    # there last (its get and install seconds, `RolloutHost.set_weights`).
+    self._install_log: dict[tuple[int, int], Any] = {}
     self.last_publish: dict[str, float] = {}
     # Rollout-host failures this link has recovered from, over the job.
     self.failures = 0
@@ -132,6 +144,9 @@ class RolloutLink:
     for old in [v for v in self._weights
                 if v <= version - self._keep_versions]:
       del self._weights[old]
+    for key in [k for k in self._install_log
+                if k[0] <= version - self._keep_versions]:
+      del self._install_log[key]
     self.version = version
     for i in range(len(self._handles)):
       self._ensure(i, version)
@@ -151,8 +166,11 @@ class RolloutLink:
           f" {sorted(self._weights)}); cannot re-issue a request made for"
           " them."
       )
+    # In a list, so that Ray hands the reference over unresolved and the
+    # rollout host times its own get.
     self._install_refs[host] = self._handles[host].set_weights.remote(
-        version, self._weights[version])
+        version, [self._weights[version]])
+    self._install_log[(version, host)] = self._install_refs[host]
     self._installed[host] = version
 
   def _check_installed(self) -> None:
@@ -235,6 +253,7 @@ class RolloutLink:
           f"A batch submitted for policy version {request.version} was"
           f" generated with versions {sorted(versions)}."
       )
+    got, installed = self._install_times(request)
     out = base_rollout.RolloutOutput(
         text=[t for p in parts for t in p["text"]],
         logits=[],
@@ -248,9 +267,31 @@ class RolloutLink:
         rollout_wait_s=waited,
         generate_s=max(p["generate_s"] for p in parts),
         weights_wait_s=max(p["idle_s"] for p in parts),
+        weights_get_s=got,
+        weights_install_s=installed,
         reissued_rows=reissued,
     )
     return out, batch
+
+  def _install_times(self, request: _Request) -> tuple[float, float]:
+    """Slowest get and install of the request's weights on its hosts.
+
+    Each host ran the installation before the generation (a rollout host
+    runs its calls in order), so these are done.
+    """
+    import ray  # pylint: disable=g-import-not-at-top
+
+    times = []
+    for host, _, _ in request.parts:
+      ref = self._install_log.get((request.version, host))
+      try:
+        if ref is not None:
+          times.append(self._get(ref, what="an installation of weights",
+                                 host=host))
+      except ray.exceptions.RayActorError:
+        pass  # Not the installation its rows ran on (re-armed since).
+    return (max((t["get_s"] for t in times), default=0.0),
+            max((t["install_s"] for t in times), default=0.0))
 
   def _await_restart(self, host: int) -> None:
     """Waits until Ray has restarted `host` (calls fail meanwhile)."""
@@ -362,8 +403,8 @@ class RemoteEngine(engine_base.Engine):
     if request is None:
       request = self._link.submit(prompts, ids, rollout_config)
     # Generated while the trainers train on this batch.
-    for next_prompts, next_ids in self._upcoming(self._max_staleness)[
-        len(self._queue):]:
+    for next_prompts, next_ids in self._upcoming(
+        self._max_staleness, len(prompts))[len(self._queue):]:
       self._queue.append(
           self._link.submit(next_prompts, next_ids, rollout_config))
     out, batch = self._link.wait(request)
@@ -374,6 +415,22 @@ class RemoteEngine(engine_base.Engine):
                     filter_types: tuple[Any, ...] | None = None) -> None:
     del filter_types  # The paths say which parameters these are.
     self._link.publish(self._link.version + 1, _to_host(params))
+
+  def publish_restored(self, version: int, params: Any) -> None:
+    """A resumed run's restored policy, published as `version`.
+
+    Versions count the updates applied to the policy: a run resumed at
+    global step s publishes the restored weights as version s (the initial
+    publication, version 0, held the weights from before the restore), and
+    the next update publishes s + 1. Call before any rollout.
+    """
+    if self._queue or self.generated or version <= self._link.version:
+      raise RuntimeError(
+          f"The restored policy (version {version}) must be published before"
+          " any rollout and after only the initial publication (version"
+          f" {self._link.version} published)."
+      )
+    self._link.publish(version, _to_host(params))
 
   def get_per_token_logps(self, prompt_tokens: Any, completion_tokens: Any):
     raise NotImplementedError(

@@ -56,28 +56,25 @@ class RolloutHost:
   """Builds the job's model on this process's devices and serves requests.
 
   Args:
-    job: the job's `GrpoJobConfig` (model, engine, seed, sampling settings).
+    job: the job's `GrpoJobConfig` (model, engine, seed, sampling settings),
+      or a `model_source.ModelSource` (e.g. the CLI's `CliSource`).
     index: this rollout host's index (for messages and metrics).
   """
 
   def __init__(self, job: Any, index: int):
     # pylint: disable=g-import-not-at-top
     import jax
-    from flax import nnx
 
     from tunix_mcjax import engines  # Registers the built-in engines.
     from tunix_mcjax import runtime
+    from tunix_mcjax.da import model_source
     from tunix_mcjax.engines import base as engine_base
-    from tunix_mcjax.recipes import grpo_job
     from tunix_mcjax.registry import ENGINES
     # pylint: enable=g-import-not-at-top
 
     del engines
-    if job.trainer != "tunix":
-      raise ValueError(
-          "The disaggregated mode runs Tunix trainers only for now"
-          f" (--trainer=tunix), got --trainer={job.trainer}."
-      )
+    # The example's GrpoJobConfig, or the CLI's arguments (`model_source`).
+    source = model_source.as_source(job)
     self.index = index
     self._version = -1
     self._row_ids = _GivenRowIds()
@@ -85,23 +82,18 @@ class RolloutHost:
     self._mesh = runtime.local_mesh()
     # The job's own model code (with its LoRA adapters, if any): the trainers'
     # first publication then replaces its weights.
-    actor, _, self._tokenizer = grpo_job._build_models(job, self._mesh)  # pylint: disable=protected-access
-    engine_name = "native" if job.engine == "vanilla" else job.engine
+    actor, self._tokenizer = source.build(self._mesh)
+    engine_name = source.engine
     self._engine = ENGINES.get(engine_name)(
         tokenizer=self._tokenizer,
-        rollout_config=None,
-        cache_size=job.max_prompt_length + job.max_new_tokens + 8,
         context=engine_base.EngineContext(
-            engine_mesh=self._mesh, row_ids=self._row_ids, seed=job.seed,
+            engine_mesh=self._mesh, row_ids=self._row_ids, seed=source.seed,
             initial_model=actor,
         ),
+        **_engine_kwargs(engine_name, source),
     )
+    self._shardings = _install_layout(self._engine, actor)
     del actor
-    self._shardings = {
-        path: (x.sharding, x.dtype)
-        for path, x in _flat(nnx.state(self._engine.model(),
-                                       nnx.Param)).items()
-    }
     self._jax = jax
 
   def info(self) -> dict[str, Any]:
@@ -109,13 +101,24 @@ class RolloutHost:
             "devices": self._jax.local_device_count(),
             "version": self._version}
 
-  def set_weights(self, version: int, flat: dict[tuple[Any, ...],
-                                                  np.ndarray]) -> float:
+  def set_weights(self, version: int, flat: Any) -> dict[str, float]:
     """Installs published weights (all, or a LoRA actor's adapters).
 
-    Returns the seconds it took (host -> devices and the engine update).
+    Args:
+      version: the policy version they are.
+      flat: {parameter path: array}, or [a Ray object reference to it], got
+        here from Ray's object store.
+
+    Returns:
+      {"get_s": seconds of that get (0 when given the arrays), "install_s":
+      seconds of host -> devices and the engine update}.
     """
     t0 = time.perf_counter()
+    if isinstance(flat, list):
+      import ray  # pylint: disable=g-import-not-at-top
+
+      (flat,) = ray.get(flat)
+    got = time.perf_counter()
     tree: dict[Any, Any] = {}
     for path, value in flat.items():
       if path not in self._shardings:
@@ -132,7 +135,7 @@ class RolloutHost:
     partial = len(flat) < len(self._shardings)
     self._engine.update_params(tree, filter_types=() if partial else None)
     self._version = int(version)
-    return time.perf_counter() - t0
+    return {"get_s": got - t0, "install_s": time.perf_counter() - got}
 
   def generate(self, prompts: list[str], row_ids: np.ndarray,
                rollout_config: Any, version: int) -> dict[str, Any]:
@@ -161,6 +164,36 @@ class RolloutHost:
         "generate_s": self._idle_since - t0,
         "host": self.index,
     }
+
+
+def _engine_kwargs(engine_name: str, source: Any) -> dict[str, Any]:
+  """What the engine is built with besides tokenizer and context."""
+  if engine_name == "native":
+    return {"rollout_config": None, "cache_size": source.cache_size}
+  # As the colocated cluster builds it: Tunix's TRAIN rollout config (lengths,
+  # vLLM's LoRA rank and alpha for merging adapters).
+  return {"rollout_config": source.rollout_config()}
+
+
+def _install_layout(engine: Any, actor: Any
+                    ) -> dict[tuple[Any, ...], tuple[Any, Any]]:
+  """(sharding, dtype) of every parameter a publication may carry."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  model = engine.model()
+  if model is not None:
+    # A JAX engine (native): its own model's arrays.
+    return {path: (x.sharding, x.dtype)
+            for path, x in _flat(nnx.state(model, nnx.Param)).items()}
+  # Weights outside JAX (vLLM): staged in the engine's layout, replicated on
+  # its mesh. A LoRA engine's target lists the adapters only; its base
+  # arrives once (the first publication), staged alike.
+  target = _flat(engine.publication_target())
+  staged = next(iter(target.values()))
+  layout = {path: (staged.sharding, staged.dtype)
+            for path in _flat(nnx.state(actor, nnx.Param))}
+  layout.update({path: (x.sharding, x.dtype) for path, x in target.items()})
+  return layout
 
 
 def _flat(tree: Any) -> dict[tuple[Any, ...], Any]:

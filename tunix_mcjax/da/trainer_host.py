@@ -21,15 +21,43 @@ program (its environment, set by the launcher, names the coordinator).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+import os
 from typing import Any
 
 
 class TrainerHost:
   """One trainer process; `run` runs the job as host JAX_PROCESS_ID."""
 
-  def run(self, job: Any) -> dict[str, Any]:
-    from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
+  def coordinator_address(self, *, loopback: bool) -> str:
+    """HOST:PORT for the trainers' JAX coordinator, run by this host (0).
 
-    summary = grpo_job.run(job)
+    Args:
+      loopback: 127.0.0.1 (a local head); otherwise this node's IP as Ray
+        knows it (IPv4), for trainer hosts on other nodes.
+    """
+    # pylint: disable=g-import-not-at-top
+    import ray
+    from tunix_mcjax import launch
+    # pylint: enable=g-import-not-at-top
+
+    host = launch.LOOPBACK if loopback else ray.util.get_node_ip_address()
+    # Free on this node now; the coordinator binds it when the job starts.
+    return f"{host}:{launch.free_port(host)}"
+
+  def set_env(self, env: Mapping[str, str]) -> None:
+    """The job's variables (coordinator, host id), before JAX starts here."""
+    os.environ.update(env)
+
+  def run(self, job: Any) -> dict[str, Any]:
+    """Runs `job`: a `GrpoJobConfig`, or a task with `run()` (e.g. the
+    CLI's `cli.disaggregated.CliTask`). Returns its summary."""
+    task_run = getattr(job, "run", None)
+    if callable(task_run):
+      summary = task_run()
+    else:
+      from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
+
+      summary = grpo_job.run(job)
     return {k: summary[k] for k in ("backend", "num_hosts", "steps",
-                                    "wall_s", "records")}
+                                    "wall_s", "records") if k in summary}

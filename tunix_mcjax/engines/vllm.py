@@ -456,13 +456,11 @@ class VllmEngine(base.Engine):
     """Adapters in (all at once, or held until all arrived), merged, and
     the touched vLLM modules reloaded in one `reload_weights` call."""
     flat = tree_paths.flat_params(params)
+    base = {p: x for p, x in flat.items() if p not in self._lora_expected}
     for path, x in flat.items():
       want = self._lora_expected.get(path)
       if want is None:
-        raise ValueError(
-            f"update_params got {tree_paths.dotted(path)!r}: with a LoRA"
-            " actor the engine takes only its adapters (nnx.LoRAParam)."
-        )
+        continue  # A base weight: `_replace_lora_base` checks it.
       if not isinstance(x, jax.Array) or tuple(x.shape) != want.shape:
         raise ValueError(
             f"Adapter {tree_paths.dotted(path)!r} must be a jax.Array of"
@@ -473,6 +471,9 @@ class VllmEngine(base.Engine):
             f"Adapter {tree_paths.dotted(path)!r} is a multi-host global"
             " array; publish it into publication_target() first."
         )
+    if base:
+      self._replace_lora_base(base, flat)
+      return
     self._lora_pending.update(flat)
     if len(self._lora_pending) < len(self._lora_expected):
       return
@@ -483,6 +484,34 @@ class VllmEngine(base.Engine):
         {p: merged.get(p, self._lora_base[p]) for p in self._lora_install},
         subset=True,
     )
+
+  def _replace_lora_base(self, base: dict[Any, Any],
+                         flat: dict[Any, Any]) -> None:
+    """A complete publication (base and adapters) into a LoRA engine.
+
+    The disaggregated backend's rollout hosts get one (their first weights);
+    the base then also replaces the copy the adapters are merged into.
+    """
+    self._check_params(base, allow_reshard=self._reshard_on_update,
+                       subset=False)
+    missing = sorted(tree_paths.dotted(p) for p in self._lora_expected
+                     if p not in flat)
+    if missing:
+      raise ValueError(
+          f"update_params got base weights without adapter {missing[0]!r}"
+          f" ({len(missing)} missing): publish the adapters alone, or the"
+          " base and every adapter together."
+      )
+    keep = jax.jit(
+        lambda x: x.astype(self._dtype), out_shardings=self._replicated
+    )
+    with jax.transfer_guard("allow"):
+      self._lora_base = {p: keep(base[p]) for p in self._lora_install}
+    lora = {p: flat[p] for p in self._lora_expected}
+    self._lora_pending = {}
+    self._install({**base, **lora_merge.merge(
+        self._lora_base, lora, self._adapted, self._lora_scale)},
+                  subset=False)
 
   def _install(self, flat: dict[Any, Any], *, subset: bool) -> None:
     t0 = time.perf_counter()

@@ -59,6 +59,20 @@ def _build_maxtext(cfg: GrpoJobConfig):
   from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
 
   tokenizer = _tokenizer(cfg)
+  config = _maxtext_config(cfg, tokenizer)
+  mesh = maxtext_models.maxtext_mesh(config)
+  make = lambda: maxtext_models.create_actor(
+      config, mesh, pad_id=tokenizer.pad_id(), rng_seed=cfg.seed
+  )
+  actor = make()
+  reference = make() if _needs_reference(cfg) else None
+  return actor, reference, tokenizer, mesh, config
+
+
+def _maxtext_config(cfg: GrpoJobConfig, tokenizer: Any) -> Any:
+  """The MaxText config of the job's actor."""
+  from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
+
   overrides = None
   if cfg.maxtext_overrides is not None:
     overrides = dict(
@@ -74,7 +88,7 @@ def _build_maxtext(cfg: GrpoJobConfig):
         **maxtext_models.TINY_QWEN3_OVERRIDES,
         **getattr(ENGINES.get(cfg.engine), "tiny_model_overrides", {}),
     }
-  config = maxtext_models.maxtext_config(
+  return maxtext_models.maxtext_config(
       base_config=cfg.maxtext_config,
       overrides=overrides,
       load_parameters_path=cfg.load_parameters_path,
@@ -82,13 +96,32 @@ def _build_maxtext(cfg: GrpoJobConfig):
       # The tiny model's vocabulary is the toy tokenizer's.
       vocab_size=tokenizer.vocab_size if cfg.model == "tiny" else None,
   )
-  mesh = maxtext_models.maxtext_mesh(config)
-  make = lambda: maxtext_models.create_actor(
-      config, mesh, pad_id=tokenizer.pad_id(), rng_seed=cfg.seed
-  )
-  actor = make()
-  reference = make() if _needs_reference(cfg) else None
-  return actor, reference, tokenizer, mesh, config
+
+
+def maxtext_engine_model(cfg: GrpoJobConfig, mesh: Any) -> tuple[Any, Any]:
+  """The engine model behind the job's MaxText actor, and the tokenizer.
+
+  For a disaggregated rollout host (no actor there): the Tunix Qwen3 of
+  `maxtext.models.engine_model_spec`, replicated on `mesh` as the colocated
+  cluster builds it, with zero weights until the trainers' first
+  publication (which they map from MaxText's layout before sending).
+  """
+  # pylint: disable=g-import-not-at-top
+  from flax import nnx
+  import jax
+  import jax.numpy as jnp
+  from tunix_mcjax import publication
+  from tunix_mcjax.maxtext import models as maxtext_models
+  # pylint: enable=g-import-not-at-top
+
+  tokenizer = _tokenizer(cfg)
+  spec = maxtext_models.engine_model_spec(
+      _maxtext_config(cfg, tokenizer), dtype=jnp.dtype(cfg.dtype))
+  graphdef, state = nnx.split(nnx.eval_shape(spec.create))
+  zeros = jax.tree.map(
+      lambda s: jnp.zeros(s.shape, s.dtype, device=s.sharding),
+      publication.replicated_like(state, mesh))
+  return nnx.merge(graphdef, zeros), tokenizer
 
 
 def _hsdp_sharding(shd: Any) -> Any:
@@ -144,6 +177,25 @@ def _build_models(cfg: GrpoJobConfig, mesh):
       reference = actor
     actor = tunix_model_lib.apply_lora_to_model(actor, mesh, cfg.lora_config())
   return actor, reference, tokenizer
+
+
+def train_rollout_config(cfg: GrpoJobConfig) -> Any:
+  """The job's TRAIN `RolloutConfig` (also what rollout hosts build with)."""
+  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+  return base_rollout.RolloutConfig(
+      max_tokens_to_generate=cfg.max_new_tokens,
+      max_prompt_length=cfg.max_prompt_length,
+      kv_cache_size=cfg.max_prompt_length + cfg.max_new_tokens + 8,
+      temperature=cfg.temperature,
+      top_p=cfg.top_p,
+      top_k=cfg.top_k,
+      seed=cfg.seed,
+      # Tunix's vLLM LoRA setting: the vLLM engine merges the adapters with
+      # this rank and alpha (the model does not store them).
+      rollout_vllm_lora_config=(
+          cfg.lora_config() if cfg.engine == "vllm" else None),
+  )
 
 
 def _needs_reference(cfg: GrpoJobConfig) -> bool:
@@ -233,7 +285,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   check_job(cfg, num_hosts=info.process_count,
             devices_per_host=info.local_device_count)
   import optax  # pylint: disable=g-import-not-at-top
-  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
   import tunix_mcjax  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import admission as admission_lib  # pylint: disable=g-import-not-at-top
@@ -301,19 +352,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   if recorder is not None:
     reward_fns = recorder.reward_fns
 
-  rollout_config = base_rollout.RolloutConfig(
-      max_tokens_to_generate=cfg.max_new_tokens,
-      max_prompt_length=cfg.max_prompt_length,
-      kv_cache_size=cfg.max_prompt_length + cfg.max_new_tokens + 8,
-      temperature=cfg.temperature,
-      top_p=cfg.top_p,
-      top_k=cfg.top_k,
-      seed=cfg.seed,
-      # Tunix's vLLM LoRA setting: the vLLM engine merges the adapters with
-      # this rank and alpha (the model does not store them).
-      rollout_vllm_lora_config=(
-          cfg.lora_config() if cfg.engine == "vllm" else None),
-  )
+  rollout_config = train_rollout_config(cfg)
   training_config = compat.RLTrainingConfig(
       actor_optimizer=optax.adam(cfg.learning_rate),
       eval_every_n_steps=cfg.eval_every or 10**9,

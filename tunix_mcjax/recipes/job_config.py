@@ -220,11 +220,12 @@ class GrpoJobConfig:
         if problem is not None:
           problem.raise_()
     self._check_algorithm()
-    if self.checkpoint_dir is not None and self.backend != "mcjax":
+    if self.checkpoint_dir is not None and self.backend not in (
+        "mcjax", "mcjax_da"):
       raise ValueError(
-          "checkpoint_dir needs backend='mcjax' (its resume is exact: the"
-          " data position and sampling keys are saved); the stock backend"
-          " here does not checkpoint."
+          "checkpoint_dir needs backend='mcjax' or 'mcjax_da' (its resume is"
+          " exact: the data position and sampling keys are saved); the stock"
+          " backend here does not checkpoint."
       )
     self.checkpoint_config()  # Validates checkpoint_every and max_to_keep.
     if self.backend == "mcjax_da":
@@ -262,6 +263,10 @@ class GrpoJobConfig:
             "learning_rate", "temperature", "top_p", "top_k",
             "max_new_tokens", "max_prompt_length", "lora_rank", "lora_alpha",
             "lora_modules", "skip_long_prompts")
+    if self.backend == "mcjax_da":
+      # The off-policy correction's settings (absent from a colocated
+      # run's checkpoint, which a K = 0 run may resume: the same numbers).
+      keys += ("max_staleness", "is_cap")
     return {k: getattr(self, k) for k in keys}
 
   def _check_algorithm(self) -> None:

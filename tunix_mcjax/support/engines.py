@@ -125,9 +125,10 @@ def trainer_engine(
   Args:
     trainer: "tunix" (always fine here) or "maxtext".
     engine: the registered engine name.
-    backend: the cluster backend; the stock one hands the engine the actor's
-      MaxText parameters at every sync, which only the native engine maps
-      (`EngineContext.source_mapping`).
+    backend: the cluster backend; the stock one ("tunix") hands the engine
+      the actor's MaxText parameters at every sync, which only the native
+      engine maps (`EngineContext.source_mapping`); "mcjax" and "mcjax_da"
+      publish them mapped.
     missing: modules the environment lacks; None: found with
       `missing_modules` (tests pass it to check the message).
   """
@@ -140,7 +141,7 @@ def trainer_engine(
         " mapping, which only these engines take:"
         f" {list(MAXTEXT_ENGINES)}. Use one of them.",
     )
-  if engine != "native" and backend != "mcjax":
+  if engine != "native" and backend == "tunix":
     return Problem(
         message=f"trainer='maxtext' with engine={engine!r} and"
         f" backend={backend!r}: the stock cluster hands the engine the"

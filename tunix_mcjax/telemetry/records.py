@@ -71,6 +71,33 @@ HOST_FIELDS = (
     "train_slots",
 )
 _F = {name: i for i, name in enumerate(HOST_FIELDS)}
+# What a "mcjax_da" record adds (`StepMeta.extras`, from trainer host 0's
+# view; meanings in docs/disaggregated.md), on every step. With
+# max_staleness >= 1 the importance-weight statistics follow too
+# (`DISAGGREGATED_IS_FIELDS`).
+DISAGGREGATED_FIELDS = (
+    "policy_version",
+    "staleness",
+    "rollout_wait_s",
+    "rollout_generate_s",
+    "weights_wait_s",
+    # Of the batch's weights (version policy_version), slowest rollout host:
+    # its get from Ray's object store, its install onto devices.
+    "weights_get_s",
+    "weights_install_s",
+    # This step's publication: the put into Ray's object store, bytes put.
+    "weights_put_s",
+    "weights_bytes",
+    "reissued_rows",
+    "rollout_host_failures",
+)
+DISAGGREGATED_IS_FIELDS = (
+    "is_weight_mean",
+    "is_weight_min",
+    "is_weight_max",
+    "is_weight_max_dev_aligned",
+    "misaligned_tokens",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,248 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Checkpoint, resume and gradient accumulation under `--backend=mcjax_da`.
+
+One module fixture: five DA jobs (1 trainer host, 2 rollout hosts, 2 devices
+each, the tiny model) and one colocated job, all accumulating gradients over
+2 micro-batches per batch (one optimizer update per batch):
+- "ref": `--max_staleness=0`, 6 steps, uninterrupted; "colocated": the same
+  job under `--backend=mcjax` (1 host x 2 devices, the same trainer mesh),
+  which "ref" must equal;
+- "k0": "ref" checkpointing every step, its trainer host SIGKILLed once
+  step 3 is recorded (the job ends non-zero), then the same command again:
+  it resumes from the last complete checkpoint and must reproduce "ref"
+  from there (prompts, completions, rewards, losses, parameters);
+- "k1_fresh", "k1": `--max_staleness=1` for 2 steps with checkpoints, then
+  `--steps=4` on the same directory: the first batch after the resume is
+  sampled with the restored policy (version 2, staleness 0), the next one
+  is one version old again (docs/disaggregated.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import example_runs
+import launch_utils
+from tunix_mcjax import checkpointing
+
+pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
+
+# 4 prompts x 2 samples per batch, trained in 2 micro-batches of 2 prompts.
+COMMON = ("--batch_size=4", "--mini_batch_size=4", "--micro_batch_size=2",
+          "--num_generations=2", "--max_new_tokens=6", "--seed=3",
+          "--learning_rate=1e-2", "--beta=0.04", "--devices_per_host=2")
+DA = ("--backend=mcjax_da", "--trainer_hosts=1", "--rollout_hosts=2")
+K0 = (*COMMON, *DA, "--max_staleness=0", "--steps=6")
+COLOCATED = (*COMMON, "--backend=mcjax", "--num_hosts=1", "--steps=6")
+K1 = (*COMMON, *DA, "--max_staleness=1")
+# Reward calls (rollout micro-batches) per step.
+CALLS = 2
+_TIMEOUT_S = 600
+_KILL_AFTER_STEP = 3
+
+
+def _command(out: pathlib.Path, *args: str) -> list[str]:
+  return [sys.executable, str(example_runs.EXAMPLE), *args,
+          f"--dump_dir={out}", f"--metrics_out={out}/metrics.jsonl",
+          f"--timeout={_TIMEOUT_S - 100}"]
+
+
+def _run(cmd: list[str]) -> str:
+  """Runs a job to the end; its stdout and stderr."""
+  launch_utils.require_markers("multihost", "e2e")
+  proc = subprocess.run(cmd, env=launch_utils.launcher_env(),
+                        capture_output=True, text=True, timeout=_TIMEOUT_S)
+  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+  return proc.stdout + proc.stderr
+
+
+def _trainer_pids(root: int) -> list[int]:
+  """The job's trainer-host actor processes (Ray's workers below `root`)."""
+  pids = []
+  for pid in launch_utils.descendants(root):
+    try:
+      cmdline = " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+      continue
+    if cmdline.startswith("ray::TrainerHost"):
+      pids.append(pid)
+  return pids
+
+
+def _run_trainer_killed(cmd: list[str], out: pathlib.Path) -> dict:
+  """Runs `cmd` and SIGKILLs its trainer host once step 3 is recorded."""
+  launch_utils.require_markers("multihost", "e2e")
+  metrics = out / "metrics.jsonl"
+  log_path = out.parent / f"{out.name}_killed.log"
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(cmd, env=launch_utils.launcher_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    killed_at = None
+    deadline = time.monotonic() + _TIMEOUT_S
+    try:
+      while proc.poll() is None and time.monotonic() < deadline:
+        if launch_utils.steps_done(metrics) >= _KILL_AFTER_STEP:
+          pids = _trainer_pids(proc.pid)
+          assert len(pids) == 1, pids
+          os.kill(pids[0], signal.SIGKILL)
+          killed_at = launch_utils.steps_done(metrics)
+          break
+        time.sleep(0.02)
+      proc.wait(timeout=120)
+    finally:
+      if proc.poll() is None:
+        proc.kill()
+  console = log_path.read_text()
+  assert killed_at is not None, f"never reached step 3:\n{console[-4000:]}"
+  return {"returncode": proc.returncode, "killed_at": killed_at,
+          "steps_done": launch_utils.steps_done(metrics), "console": console}
+
+
+def _records(out: pathlib.Path) -> list[dict]:
+  return [json.loads(line)
+          for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(name="runs", scope="module")
+def runs_fixture(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("da_resume")
+  ref, colocated = tmp / "ref", tmp / "colocated"
+  _run(_command(ref, *K0))
+  _run(_command(colocated, *COLOCATED))
+  out, ckpt = tmp / "k0", tmp / "k0_ckpt"
+  cmd = _command(out, *K0, f"--checkpoint_dir={ckpt}", "--checkpoint_every=1")
+  killed = _run_trainer_killed(cmd, out)
+  killed["complete_steps"] = checkpointing.complete_steps(str(ckpt))
+  resumed_console = _run(cmd)  # The same command again.
+  k1_ckpt = tmp / "k1_ckpt"
+  k1_args = (*K1, f"--checkpoint_dir={k1_ckpt}")
+  _run(_command(tmp / "k1_fresh", *k1_args, "--steps=2"))
+  k1_console = _run(_command(tmp / "k1", *k1_args, "--steps=4"))
+  return {"ref": ref, "colocated": colocated, "k0": out, "killed": killed,
+          "k0_console": resumed_console, "k1_fresh": tmp / "k1_fresh",
+          "k1": tmp / "k1", "k1_console": k1_console}
+
+
+def _resume_line(console: str) -> str:
+  lines = [line for line in console.splitlines()
+           if "resuming from checkpoint" in line]
+  assert len(lines) == 1, console[-3000:]
+  return lines[0]
+
+
+def _first_resumed_step(runs) -> int:
+  return runs["killed"]["complete_steps"][-1] + 1
+
+
+def test_a_killed_trainer_host_leaves_complete_checkpoints(runs):
+  killed = runs["killed"]
+  # The job ended with the error naming the trainer host, before the end.
+  assert killed["returncode"] != 0, killed["console"][-3000:]
+  assert "trainer host 0 failed" in killed["console"]
+  assert _KILL_AFTER_STEP <= killed["steps_done"] < 6
+  # Saved every step, the last 3 kept; the save of the step being trained
+  # may be cut short.
+  steps = killed["complete_steps"]
+  assert steps and steps == list(range(max(1, steps[-1] - 2),
+                                       steps[-1] + 1)), steps
+  assert _KILL_AFTER_STEP - 1 <= steps[-1] < 6, steps
+
+
+def test_resume_starts_at_the_last_complete_checkpoint(runs):
+  last = runs["killed"]["complete_steps"][-1]
+  line = _resume_line(runs["k0_console"])
+  assert re.search(rf"actor/{last} \(global step {last}, data position"
+                   rf" {4 * last},", line), line
+  records = _records(runs["k0"])
+  assert [r["step"] for r in records] == list(range(last + 1, 7))
+  # The policy versions number on from the checkpoint's global step.
+  assert [r["policy_version"] for r in records] == list(range(last, 6))
+  assert {r["staleness"] for r in records} == {0}
+
+
+def _assert_same_from(ref: pathlib.Path, got: pathlib.Path, first: int,
+                      exact: bool) -> None:
+  """`got` trained the steps `first`..6 as `ref` did."""
+  ref_rolls = example_runs.read_rollouts(ref)[CALLS * (first - 1):]
+  got_rolls = example_runs.read_rollouts(got)
+  assert len(got_rolls) == len(ref_rolls) == CALLS * (7 - first)
+  for k, (a, b) in enumerate(zip(ref_rolls, got_rolls)):
+    assert a["prompts"] == b["prompts"], k
+    assert a["completions"] == b["completions"], k
+    assert a["rewards"] == b["rewards"], k
+  ref_recs = _records(ref)[first - 1:]
+  got_recs = _records(got)
+  assert [r["step"] for r in got_recs] == list(range(first, 7))
+  assert ([r["prompts_digest"] for r in got_recs]
+          == [r["prompts_digest"] for r in ref_recs])
+  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files)
+  if exact:
+    assert [r["loss"] for r in got_recs] == [r["loss"] for r in ref_recs]
+    for name in pa.files:
+      np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)
+  else:
+    np.testing.assert_allclose([r["loss"] for r in got_recs],
+                               [r["loss"] for r in ref_recs], rtol=1e-6,
+                               atol=1e-6)
+    for name in pa.files:
+      np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
+                                 err_msg=name)
+  example_runs.assert_parameters_moved(got)
+
+
+def test_accumulating_gradients_equals_colocated(runs):
+  # Two generate calls and two micro-batch updates per step, one optimizer
+  # update: the colocated backend's numbers (the same trainer mesh).
+  _assert_same_from(runs["colocated"], runs["ref"], 1, exact=False)
+  assert [r["policy_version"] for r in _records(runs["ref"])] == list(
+      range(6))
+
+
+def test_synchronous_resume_equals_the_uninterrupted_run(runs):
+  # Bit-identical: the same programs on the same restored state (Orbax
+  # restores float32 exactly).
+  _assert_same_from(runs["ref"], runs["k0"], _first_resumed_step(runs),
+                    exact=True)
+
+
+def test_stale_schedule_restarts_on_policy_after_a_resume(runs):
+  # Fresh: batch 2 was generated (both micro-batches) while step 1 trained.
+  fresh = _records(runs["k1_fresh"])
+  assert [r["policy_version"] for r in fresh] == [0, 0]
+  assert [r["staleness"] for r in fresh] == [0, 1]
+  assert "global step 2," in _resume_line(runs["k1_console"])
+  records = _records(runs["k1"])
+  assert [r["step"] for r in records] == [3, 4]
+  # Batch 3 is sampled with the restored policy (the checkpoint holds no
+  # older one); batch 4 was generated while step 3 trained.
+  assert [r["policy_version"] for r in records] == [2, 2]
+  assert [r["staleness"] for r in records] == [0, 1]
+  # Admission continues after the checkpoint's batches, the lookahead
+  # included: the same batches as the uninterrupted synchronous run.
+  assert ([r["prompts_digest"] for r in records]
+          == [r["prompts_digest"] for r in _records(runs["ref"])[2:4]])
