@@ -433,11 +433,9 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   if cfg.metrics_out and os.path.exists(cfg.metrics_out):
     os.remove(cfg.metrics_out)  # A fresh record of this job.
   try:
-    placement = launcher.Placement(
-        strategy=_RAY_PLACEMENT_STRATEGY.value,
-        bundle=launcher.parse_bundle(_RAY_BUNDLE.value))
-    if _RAY_ADDRESS.value is not None:
-      launcher.ray_local.RaySessionConfig(address=_RAY_ADDRESS.value)
+    placement = launcher.placement_from_flags(
+        strategy=_RAY_PLACEMENT_STRATEGY.value, bundle=_RAY_BUNDLE.value,
+        ray_address=_RAY_ADDRESS.value)
   except ValueError as e:
     _user_error(e)
   try:

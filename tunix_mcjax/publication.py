@@ -253,6 +253,19 @@ class Publisher:
     return len(sources)
 
 
+def gathered_params(model: Any) -> dict[str, np.ndarray]:
+  """Every parameter of `model` as a full numpy array on every host, by
+  name (a collective: every host calls it). For dumps, not publication."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  return jax.tree.map(
+      np.asarray,
+      multihost_utils.process_allgather(
+          flat_by_name(nnx.state(model, nnx.Param)), tiled=True),
+  )
+
+
 def replicated_like(tree: PyTree, mesh: Mesh, dtype: Any = None) -> PyTree:
   """Abstract copy of `tree`, replicated on `mesh` (the native engine layout)."""
   sharding = NamedSharding(mesh, PartitionSpec())

@@ -113,21 +113,8 @@ def map_hosts(
           " hosts = size of rollout_model_config.mesh / devices per host.")
   t = r = None
   if dph is not None:
-    if actor % dph:
-      problems.append(
-          f"actor_model_config.mesh.shape={_shape(actor_shape)} has {actor}"
-          f" devices, not a multiple of --devices_per_host={dph} (trainer"
-          " hosts = actor mesh size / devices per host); change the mesh"
-          " shape or --devices_per_host.")
-    else:
-      t = actor // dph
-      if trainer_hosts is not None and trainer_hosts != t:
-        problems.append(
-            f"--trainer_hosts={trainer_hosts} disagrees with"
-            f" actor_model_config.mesh.shape={_shape(actor_shape)} over"
-            f" {dph} devices per host ({t} trainer hosts); drop"
-            " --trainer_hosts or change the mesh.")
-        t = None
+    t = _hosts_of_mesh("actor", "trainer", actor_shape, dph, trainer_hosts,
+                       problems)
     if rollout is None:
       if rollout_hosts is None:
         problems.append(
@@ -137,21 +124,9 @@ def map_hosts(
             " --rollout_hosts, or run it colocated with --backend=mcjax.")
       else:
         r = rollout_hosts
-    elif rollout % dph:
-      problems.append(
-          f"rollout_model_config.mesh.shape={_shape(rollout_shape)} has"
-          f" {rollout} devices, not a multiple of --devices_per_host={dph}"
-          " (rollout hosts = rollout mesh size / devices per host, one local"
-          " engine each); change the mesh shape or --devices_per_host.")
     else:
-      r = rollout // dph
-      if rollout_hosts is not None and rollout_hosts != r:
-        problems.append(
-            f"--rollout_hosts={rollout_hosts} disagrees with"
-            f" rollout_model_config.mesh.shape={_shape(rollout_shape)} over"
-            f" {dph} devices per host ({r} rollout hosts); drop"
-            " --rollout_hosts or change the mesh.")
-        r = None
+      r = _hosts_of_mesh("rollout", "rollout", rollout_shape, dph,
+                         rollout_hosts, problems)
   if t is not None and r is not None and r % t:
     problems.append(
         f"{r} rollout hosts do not divide over {t} trainer hosts (each"
@@ -160,6 +135,30 @@ def map_hosts(
     r = None
   return HostCounts(trainer_hosts=t, rollout_hosts=r, devices_per_host=dph,
                     problems=tuple(problems))
+
+
+def _hosts_of_mesh(role: str, kind: str, shape: tuple[int, ...], dph: int,
+                   given: int | None, problems: list[str]) -> int | None:
+  """Hosts = size of `role`'s mesh / devices per host, checked against the
+  --`kind`_hosts flag (`given`); None (and a problem) where it fails."""
+  size = math.prod(shape)
+  each = ", one local engine each" if kind == "rollout" else ""
+  if size % dph:
+    problems.append(
+        f"{role}_model_config.mesh.shape={_shape(shape)} has {size} devices,"
+        f" not a multiple of --devices_per_host={dph} ({kind} hosts ="
+        f" {role} mesh size / devices per host{each}); change the mesh shape"
+        " or --devices_per_host.")
+    return None
+  hosts = size // dph
+  if given is not None and given != hosts:
+    problems.append(
+        f"--{kind}_hosts={given} disagrees with"
+        f" {role}_model_config.mesh.shape={_shape(shape)} over {dph} devices"
+        f" per host ({hosts} {kind} hosts); drop --{kind}_hosts or change the"
+        " mesh.")
+    return None
+  return hosts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -224,13 +223,10 @@ def _disaggregated_rule_problems(pipeline: Any, *, engine: str,
   training = config.get("rl_training_config") or {}
   grpo = config.get("grpo_config") or {}
   return [p.message for p in disaggregated.disaggregated_job(
-      trainer="tunix",
       engine=engine,
       batch_size=int(config.get("batch_size") or 1),
       mini_batch_size=training.get("mini_batch_size"),
-      micro_batch_size=training.get("train_micro_batch_size"),
       num_iterations=int(grpo.get("num_iterations", 1)),
-      checkpoint_dir=training.get("checkpoint_root_directory") or None,
       max_seq_token_per_tpu=training.get("max_seq_token_per_tpu"),
       trainer_hosts=trainer_hosts,
   )]

@@ -357,17 +357,12 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     """The actor's final parameters, gathered (a collective on every host);
     host 0 writes them as .npz, by parameter path."""
     # pylint: disable=g-import-not-at-top
-    from flax import nnx
     import jax
-    from jax.experimental import multihost_utils
     import numpy as np
     from tunix_mcjax import publication
     # pylint: enable=g-import-not-at-top
 
-    params = jax.tree.map(np.asarray, multihost_utils.process_allgather(
-        publication.flat_by_name(
-            nnx.state(self.rl_cluster.actor_trainer.model, nnx.Param)),
-        tiled=True))
+    params = publication.gathered_params(self.rl_cluster.actor_trainer.model)
     if jax.process_index() == 0:
       np.savez(path, **params)
 
@@ -578,12 +573,10 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
     plan = disaggregated.plan(
         pipeline, devices_per_host=cli_flags.DEVICES_PER_HOST.value)
     # As the example's flags: the Ray cluster and the hosts' placement.
-    placement = launcher.Placement(
+    placement = launcher.placement_from_flags(
         strategy=cli_flags.RAY_PLACEMENT_STRATEGY.value,
-        bundle=launcher.parse_bundle(cli_flags.RAY_BUNDLE.value))
-    if cli_flags.RAY_ADDRESS.value is not None:
-      launcher.ray_local.RaySessionConfig(
-          address=cli_flags.RAY_ADDRESS.value)
+        bundle=cli_flags.RAY_BUNDLE.value,
+        ray_address=cli_flags.RAY_ADDRESS.value)
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
   print(f"[grpo_main] mcjax_da: {plan.describe()}", flush=True)

@@ -267,7 +267,9 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
         )
       earlier, self._step_da = self._step_da, {}
       examples.append(self._with_importance_weights(example))
-      tokens = int(np.asarray(example.completion_mask).sum())
+      # Only `is_weight_mean` (K >= 1) is weighted by tokens when merged.
+      tokens = (int(np.asarray(example.completion_mask).sum())
+                if "is_weight_mean" in self._step_da else 0)
       if earlier:
         self._step_da = _merge_parts(earlier, self._step_da,
                                      self._step_tokens, tokens)

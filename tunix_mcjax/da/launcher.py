@@ -63,7 +63,7 @@ def _log(message: str) -> None:
   print(f"[da] {message}", file=sys.stderr, flush=True)
 
 
-def _rollout_env(devices: int) -> dict[str, str]:
+def _host_env(devices: int) -> dict[str, str]:
   return {
       "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
       "JAX_PLATFORMS": "cpu",
@@ -133,6 +133,16 @@ class Placement:
     if custom:
       out["resources"] = custom
     return out
+
+
+def placement_from_flags(*, strategy: str, bundle: list[str] | tuple[str, ...],
+                         ray_address: str | None) -> Placement:
+  """The hosts' `Placement` from --ray_placement_strategy and --ray_bundle,
+  with --ray_address checked too: ValueError before anything starts."""
+  placement = Placement(strategy=strategy, bundle=parse_bundle(bundle))
+  if ray_address is not None:
+    ray_local.RaySessionConfig(address=ray_address)  # Validates it.
+  return placement
 
 
 def parse_bundle(items: list[str] | tuple[str, ...]) -> dict[str, float]:
@@ -249,7 +259,7 @@ def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
   for i in range(da.rollout_hosts):
     rollouts.append(rollout_cls.options(
         name=f"{options_lib.ROLLOUT_ACTOR_PREFIX}{i}",
-        runtime_env={"env_vars": _rollout_env(devices_per_host)},
+        runtime_env={"env_vars": _host_env(devices_per_host)},
         # A crashed rollout host is restarted; the trainer host re-issues its
         # rows (`remote_engine.RolloutLink`).
         max_restarts=ROLLOUT_RESTARTS,
@@ -264,7 +274,7 @@ def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
   for i in range(da.trainer_hosts):
     trainers.append(trainer_cls.options(
         # The devices before JAX starts; the job's variables follow below.
-        runtime_env={"env_vars": _rollout_env(devices_per_host)},
+        runtime_env={"env_vars": _host_env(devices_per_host)},
         # A trainer host that dies ends the job (resume: checkpoints).
         max_restarts=0,
         **actor_opts(da.rollout_hosts + i),

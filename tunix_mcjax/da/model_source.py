@@ -68,7 +68,9 @@ class GrpoJobSource:
 
   @property
   def cache_size(self) -> int:
-    return self.job.max_prompt_length + self.job.max_new_tokens + 8
+    from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
+
+    return engine_base.default_cache_size(self.rollout_config())
 
   def rollout_config(self) -> Any:
     from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top

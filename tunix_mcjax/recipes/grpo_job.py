@@ -291,6 +291,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import telemetry  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.telemetry import stock as telemetry_stock  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
@@ -434,7 +435,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       # the end of the job as the mcjax cluster undoes it at close()).
       fixes = compat.install_fixes()
       from flax import nnx  # pylint: disable=g-import-not-at-top
-      from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
 
       # The stock cluster hands the engine the actor's (MaxText) parameters
       # at every sync; the engine maps them as mcjax's publisher does.
@@ -484,7 +484,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   learner = _learner(cfg, cluster, reward_fns)
   if cfg.dump_dir:
     # Lets tests check that training moved the parameters at all.
-    init_params = _gathered_params(cluster.actor_trainer.model)
+    init_params = publication.gathered_params(cluster.actor_trainer.model)
   t0 = time.perf_counter()
   if cluster.global_steps < total_steps:
     learner.train(train_ds, eval_ds)
@@ -507,7 +507,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   summary = {"backend": cfg.backend, "num_hosts": info.process_count,
              "steps": len(records), "wall_s": wall, "records": records}
   if cfg.dump_dir:
-    params = _gathered_params(cluster.actor_trainer.model)
+    params = publication.gathered_params(cluster.actor_trainer.model)
     os.makedirs(cfg.dump_dir, exist_ok=True)
     host = info.process_index
     with open(os.path.join(cfg.dump_dir, f"rollouts_host{host}.json"), "w") as f:
@@ -531,20 +531,6 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       with open(os.path.join(cfg.dump_dir, "records.json"), "w") as f:
         json.dump(records, f)
   return summary
-
-
-def _gathered_params(model) -> dict[str, np.ndarray]:
-  """Every parameter as a full numpy array on every host (a collective)."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
-
-  return jax.tree.map(
-      np.asarray,
-      multihost_utils.process_allgather(
-          publication.flat_by_name(nnx.state(model, nnx.Param)), tiled=True),
-  )
 
 
 def _engine_params(model) -> dict[str, np.ndarray]:

@@ -446,10 +446,9 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
     from tunix_mcjax.support import disaggregated  # pylint: disable=g-import-not-at-top
 
     problems.extend(p.message for p in disaggregated.disaggregated_job(
-        trainer=cfg.trainer, engine=cfg.engine, batch_size=cfg.batch_size,
+        engine=cfg.engine, batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size,
-        micro_batch_size=cfg.micro_batch_size,
-        num_iterations=cfg.num_iterations, checkpoint_dir=cfg.checkpoint_dir,
+        num_iterations=cfg.num_iterations,
         max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
         trainer_hosts=cfg.trainer_hosts))
   if cfg.backend in ("mcjax", "mcjax_da"):

@@ -30,36 +30,27 @@ ROLLOUT_ENGINES = ("native", "vanilla", "vllm")
 
 def disaggregated_job(
     *,
-    trainer: str,
     engine: str,
     batch_size: int,
     mini_batch_size: int | None,
-    micro_batch_size: int | None,
     num_iterations: int,
-    checkpoint_dir: str | None = None,
     max_seq_token_per_tpu: int | None,
     trainer_hosts: int,
 ) -> list[Problem]:
   """Every setting the disaggregated schedule does not support yet.
 
-  `checkpoint_dir` and `micro_batch_size` take any value the colocated
-  backend takes (no rule left; kept so callers need not change):
-  checkpoint and resume, and gradient accumulation over micro-batches, work
-  under mcjax_da.
+  Whatever the colocated backend accepts and is not named here works under
+  mcjax_da too: Tunix and MaxText trainers (MaxText maps its parameters into
+  the engines' Tunix layout before publishing, as under mcjax), checkpoint
+  and resume, gradient accumulation over micro-batches.
   """
   problems = []
-  # MaxText trainers too: they map their parameters into the engines' Tunix
-  # layout before publishing (as under mcjax), so rollout hosts run the
-  # same engines for both; `support.engines` says which engines in which
-  # environment.
-  del trainer
   if engine not in ROLLOUT_ENGINES:
     problems.append(Problem(message=(
         f"--backend=mcjax_da rollout hosts run {list(ROLLOUT_ENGINES)} for"
         f" now; got --engine={engine}.")))
   # Micro-batches (gradient accumulation) keep one update per batch: every
   # micro-batch of a batch is sampled with one policy version.
-  del micro_batch_size
   if mini_batch_size not in (None, batch_size):
     problems.append(Problem(message=(
         "--backend=mcjax_da makes one optimizer update per batch for now"
@@ -70,11 +61,6 @@ def disaggregated_job(
     problems.append(Problem(message=(
         f"--backend=mcjax_da needs --num_iterations=1 for now, got"
         f" {num_iterations}.")))
-  # Checkpoints are the trainer hosts' (as under mcjax); a resumed run
-  # publishes the restored policy as the checkpoint's version. With K >= 1
-  # its first batch is sampled with that policy (staleness 0): the older
-  # policies are not saved (docs/disaggregated.md).
-  del checkpoint_dir
   if max_seq_token_per_tpu is not None:
     problems.append(Problem(message=(
         "--backend=mcjax_da does not pack sequences yet: drop"
