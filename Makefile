@@ -39,7 +39,7 @@ VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
 
-.PHONY: help venv demo demo-da test test-fast lock clean bench bench-device venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
+.PHONY: help venv demo demo-da test test-fast test-timings lock clean bench bench-device venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
 
 # $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
 # runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
@@ -72,6 +72,7 @@ help:
 	@echo "make demo   - run the main job (GRPO, mcjax backend, 2 simulated hosts x 4 CPU devices)"
 	@echo "make test   - run every test, in .venv and .venv-maxtext-vllm (creates them first); what CI runs"
 	@echo "make test-fast - single-process tests and one 2-host GRPO smoke run (<3 min)"
+	@echo "make test-timings - make test, then its per-test/per-process figures into docs/testing.md"
 	@echo "make bench  - side-by-side benchmark (quick, <10 min; BENCH_MODE=full for the full protocol) -> runs/bench/"
 	@echo "make bench-device - the prepared GPU run (<8 min; installs wheels/; see docs/benchmarks.md) -> runs/bench-device/"
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
@@ -103,9 +104,22 @@ demo-da: $(STAMP)
 	  --rollout_hosts=2 --devices_per_host=2 --max_staleness=1 \
 	  --metrics_out=runs/demo-da/metrics.jsonl
 
+# `make test` also records per-test and per-process statistics (JUnit XML
+# and one JSON per JAX process, tests/support/suite_stats.py) under
+# $(STATS); `make test-timings` renders them into docs/testing.md.
+STATS := runs/test-stats
 test: $(STAMP)
-	$(call pytest,$(PY),tests -m "not vllm" --durations=15)
-	$(MAKE) --no-print-directory test-maxtext-vllm
+	rm -rf $(STATS) && mkdir -p $(STATS)
+	$(call pytest,TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY),tests -m "not vllm" --durations=15 --junitxml=$(STATS)/main.xml)
+	$(MAKE) --no-print-directory test-maxtext-vllm \
+	  MXV_PYTEST_ARGS="--junitxml=$(STATS)/mxv.xml" \
+	  MXV_STATS_ENV="TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv"
+
+# Every test, then docs/testing.md's measured part from that run.
+test-timings: test
+	$(PY) scripts/test_timings.py --junit main=$(STATS)/main.xml \
+	  --stats main=$(STATS)/main --junit mxv=$(STATS)/mxv.xml \
+	  --stats mxv=$(STATS)/mxv --out docs/testing.md
 
 test-fast: $(STAMP)
 	$(call pytest,$(PY),tests -m "$(FAST_TESTS)" --durations=10)
@@ -148,7 +162,7 @@ $(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml
 venv-maxtext-vllm: $(STAMP_MXV)
 
 test-maxtext-vllm: $(STAMP_MXV)
-	$(call pytest,$(PY_MXV),$(MXV_TESTS) --durations=10)
+	$(call pytest,$(MXV_STATS_ENV) $(PY_MXV),$(MXV_TESTS) --durations=10 $(MXV_PYTEST_ARGS))
 
 demo-maxtext-vllm: $(STAMP_MXV)
 	$(PY_MXV) examples/grpo_qwen3.py --backend=mcjax --trainer=maxtext --engine=vllm \
@@ -193,7 +207,7 @@ wheel: $(STAMP)
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist build/wheel
 
 clean:
-	rm -rf $(VENV) $(VENV_VLLM) .venv-maxtext-vllm .venv-lock .venv-vllm-lock runs build dist \
+	rm -rf $(VENV) $(VENV_VLLM) .venv-maxtext-vllm .venv-lock .venv-vllm-lock runs build dist .cache \
 	  *.egg-info .pytest_cache
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune \
 	  -exec rm -rf {} +

@@ -46,6 +46,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tunix_mcjax import compilation_cache
 from tunix_mcjax.recipes import grpo_job
 
 # Flag defaults are the job config's own.
@@ -269,6 +270,7 @@ _IS_CAP = flags.DEFINE_float(
 _TIMEOUT = flags.DEFINE_integer(
     "timeout", 3600, "Local simulation: stop all hosts after this many s."
 )
+_COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 _RAY_ADDRESS = flags.DEFINE_string(
     "ray_address", None,
     "--backend=mcjax_da: an existing Ray cluster to run on (HOST:PORT of its"
@@ -366,6 +368,9 @@ def main(argv: Sequence[str]) -> None:
   if not flags.FLAGS["verbosity"].present:
     # Tunix logs every rollout string at INFO; keep the console to progress.
     logging.set_verbosity(logging.WARNING)
+  # Before anything compiles; the hosts this starts inherit the directory.
+  compilation_cache.configure(_COMPILATION_CACHE_DIR.value,
+                              program="grpo_qwen3.py")
   try:
     cfg = _config()  # Validates before any host starts.
   except ValueError as e:

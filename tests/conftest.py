@@ -19,7 +19,8 @@ test starts a JAX backend (the first device query). Not through XLA_FLAGS or
 JAX_PLATFORMS: environment variables would leak into the processes that tests
 launch, and those (launched hosts, example runs) set up their own devices
 through tunix_mcjax.runtime. Works with jax 0.10.2 (.venv-vllm) and 0.12
-(.venv).
+(.venv). The compilation cache is the one setting that is meant to leak: see
+below.
 
 Shared test helpers (launch_utils, example_runs, ...) live in tests/support/,
 which is put on sys.path here. The launch helpers refuse to start hosts for a
@@ -27,6 +28,7 @@ test without the multihost (and, for example runs, e2e) marker, so that the
 markers `make test-fast` selects on stay true.
 """
 
+import os
 import pathlib
 import sys
 
@@ -35,12 +37,32 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "support"))
 
-import launch_utils  # pylint: disable=g-import-not-at-top,g-bad-import-order
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+import launch_utils
+import suite_stats
+from tunix_mcjax import compilation_cache
+# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 # If a JAX backend had started already, jax_num_cpu_devices raises here: a
 # loud failure rather than tests that silently see one device.
 jax.config.update("jax_platforms", "cpu")
 jax.config.update("jax_num_cpu_devices", 4)
+
+# One persistent compilation cache for the whole run, shared by this process
+# and (through the environment, which they inherit) every host, example run
+# and Ray actor a test starts: the same small programs compile once per run
+# instead of once per process. Kept between local runs under .cache/ (`make
+# clean` empties it); cold in a fresh clone. TUNIX_MCJAX_TEST_CACHE_DIR
+# moves it, "off" turns it off (for cold measurements).
+_CACHE_DIR = os.environ.get(
+    "TUNIX_MCJAX_TEST_CACHE_DIR",
+    str(launch_utils.REPO_ROOT / ".cache" / "test-compilation-cache"))
+if _CACHE_DIR != "off":
+  compilation_cache.configure(_CACHE_DIR, program="tests/conftest.py")
+
+# Compile statistics per test and per process, when TUNIX_MCJAX_TEST_STATS_DIR
+# is set (`make test` sets it; scripts/test_timings.py reads them).
+suite_stats.enable_from_env()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -53,10 +75,12 @@ def pytest_runtest_protocol(item, nextitem):
   del nextitem
   launch_utils.current_test_markers = frozenset(
       mark.name for mark in item.iter_markers())
+  suite_stats.set_current_test(item.nodeid)
   try:
     yield
   finally:
     launch_utils.current_test_markers = None
+    suite_stats.set_current_test(None)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,8 @@ each, the tiny model) and one colocated job, all accumulating gradients over
 - "k0": "ref" checkpointing every step, its trainer host SIGKILLed once
   step 3 is recorded (the job ends non-zero), then the same command again:
   it resumes from the last complete checkpoint and must reproduce "ref"
-  from there (prompts, completions, rewards, losses, parameters);
+  from there (prompts, completions, rewards, losses, parameters); the kill
+  itself must end the job within 30 s naming the trainer host;
 - "k1_fresh", "k1": `--max_staleness=1` for 2 steps with checkpoints, then
   `--steps=4` on the same directory: the first batch after the resume is
   sampled with the restored policy (version 2, staleness 0), the next one
@@ -101,7 +102,7 @@ def _run_trainer_killed(cmd: list[str], out: pathlib.Path) -> dict:
   with open(log_path, "w") as log:
     proc = subprocess.Popen(cmd, env=launch_utils.launcher_env(),
                             stdout=log, stderr=subprocess.STDOUT)
-    killed_at = None
+    killed_at = kill_time = None
     deadline = time.monotonic() + _TIMEOUT_S
     try:
       while proc.poll() is None and time.monotonic() < deadline:
@@ -109,16 +110,19 @@ def _run_trainer_killed(cmd: list[str], out: pathlib.Path) -> dict:
           pids = _trainer_pids(proc.pid)
           assert len(pids) == 1, pids
           os.kill(pids[0], signal.SIGKILL)
+          kill_time = time.monotonic()
           killed_at = launch_utils.steps_done(metrics)
           break
         time.sleep(0.02)
       proc.wait(timeout=120)
+      exit_after_kill_s = time.monotonic() - kill_time
     finally:
       if proc.poll() is None:
         proc.kill()
   console = log_path.read_text()
   assert killed_at is not None, f"never reached step 3:\n{console[-4000:]}"
   return {"returncode": proc.returncode, "killed_at": killed_at,
+          "exit_after_kill_s": exit_after_kill_s,
           "steps_done": launch_utils.steps_done(metrics), "console": console}
 
 
@@ -156,6 +160,17 @@ def _resume_line(console: str) -> str:
 
 def _first_resumed_step(runs) -> int:
   return runs["killed"]["complete_steps"][-1] + 1
+
+
+def test_a_killed_trainer_host_ends_the_job_naming_it(runs):
+  # Was a separate 6-step run in tests/da/test_disaggregated.py (killed
+  # after step 1, max_staleness 1, no checkpoints); this run's kill shows the
+  # same: the launcher notices the dead actor, whatever the schedule.
+  killed = runs["killed"]
+  assert killed["returncode"] != 0, killed["console"][-3000:]
+  assert killed["exit_after_kill_s"] < 30, killed["exit_after_kill_s"]
+  assert "trainer host 0 failed" in killed["console"], killed["console"][-3000:]
+  assert killed["steps_done"] < 6  # It did not run to the end.
 
 
 def test_a_killed_trainer_host_leaves_complete_checkpoints(runs):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from tunix_mcjax import compilation_cache
 from tunix_mcjax import support
 from tunix_mcjax.cli.options import BACKENDS
 from tunix_mcjax.cli.options import CliOptions
@@ -169,6 +170,7 @@ PARAMS_OUT = flags.DEFINE_string(
     "After training, host 0 writes the actor's final parameters to this .npz"
     " file (any backend; for comparing backends).",
 )
+COMPILATION_CACHE_DIR = compilation_cache.define_flag()
 RUN_EVAL = flags.DEFINE_bool(
     "run_eval",
     False,

@@ -94,6 +94,7 @@ from absl import flags
 from absl import logging
 
 from tunix_mcjax import compat
+from tunix_mcjax import compilation_cache
 from tunix_mcjax import support
 from tunix_mcjax import telemetry
 from tunix_mcjax.telemetry import stock as telemetry_stock
@@ -623,6 +624,9 @@ def _run_pipeline_or_fail(argv: list[str], options: CliOptions) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
+  # Before anything compiles; the hosts this starts inherit the directory.
+  compilation_cache.configure(cli_flags.COMPILATION_CACHE_DIR.value,
+                              program="grpo_main")
   try:
     options = options_from_flags()
   except ConfigError as e:

@@ -48,6 +48,7 @@ import sys
 import time
 from typing import Any
 
+from tunix_mcjax import compilation_cache
 from tunix_mcjax import launch
 from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import ray_local
@@ -68,6 +69,8 @@ def _host_env(devices: int) -> dict[str, str]:
       "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
       "JAX_PLATFORMS": "cpu",
       "PYTHONUNBUFFERED": "1",
+      # Actors on an existing cluster do not inherit this process's.
+      **compilation_cache.inherited(),
   }
 
 

@@ -1,0 +1,190 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""tunix_mcjax.compilation_cache and --compilation_cache_dir.
+
+The cache is JAX's own; what is tested here is that our switch turns it on
+for a job and every process it starts, that programs really come back from
+it in a second process (for multi-process programs only on process 0 on
+CPU: see the test), and that a bad directory never stops a job.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tunix_mcjax import compilation_cache
+
+import example_runs
+import launch_utils
+
+# A program run twice in fresh interpreters: prints whether the cache is on,
+# the result and the persistent-cache hits JAX reported.
+_PROGRAM = """
+import sys
+from tunix_mcjax import compilation_cache
+on = compilation_cache.configure(sys.argv[1] if len(sys.argv) > 1 else None)
+import jax, jax.numpy as jnp
+from jax import monitoring
+hits = []
+monitoring.register_event_listener(
+    lambda e, **kw: hits.append(e) if e.endswith("/cache_hits") else None)
+value = jax.jit(lambda x: jnp.sin(x) * 2 + 1)(jnp.arange(4.0))
+print(on, round(float(value.sum()), 4), len(hits))
+"""
+
+
+def _run(*args, env_cache: str | None = None):
+  env = {k: v for k, v in os.environ.items()
+         if k not in compilation_cache.ENV_VARS}
+  env["JAX_PLATFORMS"] = "cpu"
+  if env_cache is not None:
+    env.update(compilation_cache.environment(env_cache))
+  proc = subprocess.run([sys.executable, "-c", _PROGRAM, *map(str, args)],
+                        env=env, capture_output=True, text=True, timeout=120,
+                        cwd=launch_utils.REPO_ROOT)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  on, value, hits = proc.stdout.split()
+  return on == "True", float(value), int(hits), proc.stderr
+
+
+def test_off_unless_a_directory_is_given():
+  environ = {}
+  assert not compilation_cache.configure(None, environ=environ)
+  assert not compilation_cache.configure("", environ=environ)
+  assert environ == {}
+
+
+def test_environment_names_every_jax_option():
+  env = compilation_cache.environment("/some/dir")
+  assert env == {"JAX_COMPILATION_CACHE_DIR": "/some/dir",
+                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+  assert compilation_cache.inherited({**env, "OTHER": "1"}) == env
+  assert compilation_cache.inherited({"OTHER": "1"}) == {}
+
+
+def test_an_unusable_directory_is_a_warning_naming_it(tmp_path, capsys):
+  not_a_dir = tmp_path / "a_file"
+  not_a_dir.write_text("")
+  environ = {}
+  bad = str(not_a_dir / "cache")
+  assert compilation_cache.problem(bad) is not None
+  assert not compilation_cache.configure(bad, environ=environ, program="job")
+  err = capsys.readouterr().err
+  assert err.startswith(f"job: warning: compilation cache directory {bad} is"
+                        " not usable"), err
+  assert "compiling without a cache" in err
+  assert environ == {}  # Children do not get it either.
+  assert compilation_cache.problem(str(tmp_path / "new" / "dir")) is None
+  assert (tmp_path / "new" / "dir").is_dir()
+  assert not list((tmp_path / "new" / "dir").iterdir())  # Probe removed.
+
+
+def test_a_second_process_loads_the_program_from_the_cache(tmp_path):
+  cache = tmp_path / "cache"
+  on, cold_value, cold_hits, _ = _run(cache)
+  assert on and cold_hits == 0
+  entries = sorted(p.name for p in cache.iterdir())
+  assert entries  # Written by the first process...
+  on, warm_value, warm_hits, _ = _run(cache)
+  assert on and warm_value == cold_value
+  assert warm_hits >= 1  # ...and read by the second,
+  assert sorted(p.name for p in cache.iterdir()) == entries  # none missed.
+  # The environment alone (what hosts and actors inherit) does the same.
+  _, env_value, env_hits, _ = _run(env_cache=str(cache))
+  assert env_value == cold_value and env_hits == warm_hits
+
+
+def test_a_corrupted_cache_is_a_warning_naming_it(tmp_path):
+  cache = tmp_path / "cache"
+  _, value, _, _ = _run(cache)
+  for entry in cache.iterdir():
+    entry.write_bytes(b"not an executable")
+  on, again, hits, stderr = _run(cache)
+  assert on and again == value and hits == 0
+  assert "Error reading persistent compilation cache entry" in stderr
+  assert f"compilation cache directory {cache}" in stderr, stderr
+
+
+@pytest.mark.multihost
+def test_multi_process_programs_hit_on_every_host(tmp_path):
+  cache = tmp_path / "cache"
+  env = compilation_cache.environment(str(cache))
+  probe = launch_utils.REPO_ROOT / "tests" / "support" / "cache_probe.py"
+  runs = []
+  for _ in range(2):
+    res = launch_utils.run_launched(probe, num_hosts=2, devices_per_host=2,
+                                    extra_env=env)
+    launch_utils.assert_ok(res)
+    runs.append(launch_utils.host_results(res, 2))
+  cold, warm = runs
+  for host in (0, 1):
+    assert warm[host]["cache_dir"] == str(cache)
+    # Each host contributes arange(2): 3 * (0 + 1) * 2 hosts.
+    assert warm[host]["total"] == cold[host]["total"] == 6.0
+    assert warm[host]["local"] == cold[host]["local"] == [8.0] * 3
+    assert cold[host]["global_hits"] == cold[host]["local_hits"] == 0
+  # Host 0 (process 0, the only one JAX writes entries from) gets both its
+  # programs back, the one over both hosts' devices too.
+  assert warm[0]["global_hits"] == warm[0]["local_hits"] == 1, warm
+  # On CPU every key holds the process's own topology fingerprint, so the
+  # other hosts never find an entry, not even for the global program (on
+  # TPU and GPU the topology is the job's, and every host reads process
+  # 0's entries): docs/testing.md.
+  assert warm[1]["global_hits"] == warm[1]["local_hits"] == 0, warm
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_the_example_flag_fills_and_reuses_the_directory(tmp_path):
+  cache = tmp_path / "cache"
+  flags = ("--steps=1", "--batch_size=2", "--num_generations=2",
+           "--max_new_tokens=3", "--backend=mcjax", "--num_hosts=1",
+           "--devices_per_host=2", f"--compilation_cache_dir={cache}")
+  env = {k: v for k, v in launch_utils.launcher_env().items()
+         if k not in compilation_cache.ENV_VARS}
+
+  def run(out):
+    proc = subprocess.run(
+        [sys.executable, str(example_runs.EXAMPLE), *flags,
+         f"--metrics_out={out}/metrics.jsonl", "--timeout=300"],
+        env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sorted(p.name for p in cache.iterdir())
+
+  first = run(tmp_path / "a")
+  assert len(first) > 5, first  # Every program of the job, one host.
+  # One host is process 0, which writes every miss: an unchanged directory
+  # means every program of the second run came from the cache.
+  assert run(tmp_path / "b") == first
+
+
+def test_the_cli_warns_about_an_unusable_directory(tmp_path):
+  not_a_dir = tmp_path / "a_file"
+  not_a_dir.write_text("")
+  bad = not_a_dir / "cache"
+  proc = subprocess.run(
+      [sys.executable, "-m", "tunix_mcjax.cli.grpo_main",
+       f"--compilation_cache_dir={bad}", "--backend=mcjax",
+       "--max_staleness=1"],
+      env=launch_utils.launcher_env(), capture_output=True, text=True,
+      timeout=120, cwd=launch_utils.REPO_ROOT)
+  assert proc.returncode == 2  # The bad flag after it, not the cache.
+  assert "apply to --backend=mcjax_da only" in proc.stderr
+  assert (f"grpo_main: warning: compilation cache directory {bad} is not"
+          " usable") in proc.stderr, proc.stderr[-3000:]
