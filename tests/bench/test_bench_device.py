@@ -22,14 +22,19 @@ import sys
 
 import pytest
 
+from tunix_mcjax import compilation_cache
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.e2e
 def test_bench_device_smoke_writes_the_report(tmp_path):
   out = tmp_path / "dev"
+  # A device machine's environment: none of this suite's JAX settings but
+  # its compilation cache (tests/conftest.py), which changes no result.
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(("JAX_", "XLA_"))}
+  env.update(compilation_cache.inherited())
   proc = subprocess.run(
       [sys.executable, str(REPO / "scripts" / "bench_device.py"), "--smoke",
        f"--out={out}"], env=env, capture_output=True, text=True,

@@ -28,7 +28,8 @@ TUNIX_BASE_CONFIG, since the google-tunix 0.1.7 wheel does not ship Tunix's.
 Same per-step numbers, with tests/test_equivalence.py's tolerances: every
 prompt, completion and reward identical (training: global micro-batch k of
 mcjax is the stock micro-batch k; evaluation: each prompt's samples);
-losses within rtol = atol = 1e-6; reward means, grad norms and every
+losses within rtol = atol = 1e-6; grad norms within rtol 1e-5 (see
+`_logged_tolerance`); reward means and every
 `rewards/*` and `completions/*` value Tunix's learner logs (TensorBoard,
 train and eval; mcjax: host 0's writer, global values) within rtol 1e-6.
 
@@ -282,7 +283,8 @@ def test_same_rows_rewards_and_losses(runs, inputs):
   np.testing.assert_allclose([r["reward_mean"] for r in b],
                              [r["reward_mean"] for r in a], rtol=1e-6)
   np.testing.assert_allclose([r["grad_norm"] for r in b],
-                             [r["grad_norm"] for r in a], rtol=1e-6)
+                             [r["grad_norm"] for r in a],
+                             **_logged_tolerance("actor/train/grad_norm"))
   # Not vacuous either: step 1's update moved the policy (step 2's loss is
   # far from 0, and its samples, equal above, came from the updated weights).
   assert min(r["grad_norm"] for r in a) > 0
@@ -323,7 +325,12 @@ def _logged_tolerance(tag: str) -> dict[str, float]:
   evaluation values (`actor/eval/*`) are means over the hosts' shares of
   the eval batch, combined in another float summation order than one
   process's mean: rtol 1e-5 (observed: 1.4e-6 on the KL)."""
-  if tag.startswith("actor/eval/"):
+  if tag.startswith("actor/eval/") or tag == "actor/train/grad_norm":
+    # The grad norm is one float32 sum of squares over every parameter:
+    # stock sums it in one process over 4 devices, mcjax over 2 processes
+    # (gloo), another order again. Observed 1.7e-6 on a 2026-12-02 CI
+    # machine (old and new code alike; under 1e-6 on earlier machines). The
+    # losses and parameters it derives from stay within 1e-6.
     return dict(rtol=1e-5, atol=1e-6)
   if tag.startswith("actor/"):
     return dict(rtol=1e-6, atol=1e-6)
