@@ -122,7 +122,7 @@ def test_a_corrupted_cache_is_a_warning_naming_it(tmp_path):
 
 
 @pytest.mark.multihost
-def test_multi_process_programs_hit_on_every_host(tmp_path):
+def test_multi_process_programs_hit_on_process_0_only(tmp_path):
   cache = tmp_path / "cache"
   env = compilation_cache.environment(str(cache))
   probe = launch_utils.REPO_ROOT / "tests" / "support" / "cache_probe.py"
