@@ -84,7 +84,16 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture(scope="session")
-def equivalence_runs(tmp_path_factory):
+def shared_runs(tmp_path_factory):
+  """The session's registry of example runs, keyed by their flags
+  (tests/support/shared_runs.py): a job any two tests need runs once."""
+  import shared_runs as shared_runs_lib  # pylint: disable=g-import-not-at-top
+
+  return shared_runs_lib.SharedRuns(tmp_path_factory.mktemp("shared_runs"))
+
+
+@pytest.fixture(scope="session")
+def equivalence_runs(shared_runs):
   """The core equivalence runs, shared by every module that compares them.
 
   The GRPO example, 2 steps with KL on and an evaluation pass before every
@@ -94,35 +103,26 @@ def equivalence_runs(tmp_path_factory):
   """
   import example_runs  # pylint: disable=g-import-not-at-top
 
-  tmp = tmp_path_factory.mktemp("equiv")
   flags = (*example_runs.EQUIVALENCE_FLAGS, *example_runs.EVAL_FLAGS)
   return {
-      "tunix": example_runs.run_example(
-          tmp / "tunix", *flags, "--backend=tunix", "--num_hosts=2",
-          "--devices_per_host=2"),
-      "mcjax2": example_runs.run_example(
-          tmp / "mcjax2", *flags, "--backend=mcjax", "--num_hosts=2",
-          "--devices_per_host=2"),
-      "mcjax1": example_runs.run_example(
-          tmp / "mcjax1", *flags, "--backend=mcjax", "--num_hosts=1",
-          "--devices_per_host=4"),
+      "tunix": shared_runs.example(
+          *flags, "--backend=tunix", "--num_hosts=2", "--devices_per_host=2"),
+      "mcjax2": shared_runs.example(
+          *flags, "--backend=mcjax", "--num_hosts=2", "--devices_per_host=2"),
+      "mcjax1": shared_runs.example(
+          *flags, "--backend=mcjax", "--num_hosts=1", "--devices_per_host=4"),
   }
 
 
-def _stock_and_mcjax(tmp_path_factory, name, flags, stock_hosts, mcjax_hosts):
-  import example_runs  # pylint: disable=g-import-not-at-top
-
-  tmp = tmp_path_factory.mktemp(name)
+def _stock_and_mcjax(shared_runs, flags, stock_hosts, mcjax_hosts):
   return {
-      "tunix": example_runs.run_example(
-          tmp / "tunix", *flags, "--backend=tunix", *stock_hosts),
-      "mcjax": example_runs.run_example(
-          tmp / "mcjax", *flags, "--backend=mcjax", *mcjax_hosts),
+      "tunix": shared_runs.example(*flags, "--backend=tunix", *stock_hosts),
+      "mcjax": shared_runs.example(*flags, "--backend=mcjax", *mcjax_hosts),
   }
 
 
 @pytest.fixture(scope="session")
-def three_host_runs(tmp_path_factory):
+def three_host_runs(shared_runs):
   """One 3-host run for three of issue 12's tests (suite time).
 
   `example_runs.THREE_HOST_FLAGS` (LoRA, micro 3 < mini 6 < batch 12) as
@@ -132,20 +132,20 @@ def three_host_runs(tmp_path_factory):
   the gradient accumulation test (tests/test_equivalence_variants.py).
   """
   return _stock_and_mcjax(
-      tmp_path_factory, "three_hosts", _flags("THREE_HOST_FLAGS"),
+      shared_runs, _flags("THREE_HOST_FLAGS"),
       ("--num_hosts=1", "--devices_per_host=2"),
       ("--num_hosts=3", "--devices_per_host=2"))
 
 
 @pytest.fixture(scope="session")
-def lora_drgrpo_runs(tmp_path_factory):
+def lora_drgrpo_runs(shared_runs):
   """One 2-host run for the 2-host LoRA test and the Dr.GRPO test.
 
   `example_runs.LORA_DRGRPO_FLAGS` as stock Tunix (1 process x 4 devices)
   and mcjax (2 hosts x 2 devices).
   """
   return _stock_and_mcjax(
-      tmp_path_factory, "lora_drgrpo", _flags("LORA_DRGRPO_FLAGS"),
+      shared_runs, _flags("LORA_DRGRPO_FLAGS"),
       ("--num_hosts=2", "--devices_per_host=2"),
       ("--num_hosts=2", "--devices_per_host=2"))
 

@@ -14,7 +14,7 @@
 
 """Checkpoint and exact resume (tunix_mcjax.checkpointing, docs/checkpointing.md).
 
-Shared runs (module-scoped): one uninterrupted 6-step 2-host run,
+Shared runs (module-scoped): one uninterrupted 4-step 2-host run,
 checkpointing every 2 steps, is the reference for the SIGKILL resume (the
 job killed while it writes step 4's checkpoint), the resumes of its step-2
 checkpoint on 3 and on 1 host, and the refused resumes. LoRA (rank 4) has
@@ -45,7 +45,8 @@ from tunix_mcjax import checkpointing
 
 # 6 prompts per step divide over 2 and 3 hosts; 2 devices per host (the
 # 3-host mesh is then hsdp, the tiny model's widths not dividing over 6).
-JOB = ("--steps=6", "--batch_size=6", "--num_generations=2",
+STEPS = 4
+JOB = (f"--steps={STEPS}", "--batch_size=6", "--num_generations=2",
        "--max_new_tokens=6", "--seed=3", "--learning_rate=1e-2",
        "--beta=0.04", "--checkpoint_every=2", "--devices_per_host=2")
 LORA = ("--lora_rank=4", "--lora_alpha=8")
@@ -115,7 +116,7 @@ def _assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
   """`got` (resumed) reproduces `ref` from step `first_step` on."""
   ref_rolls = example_runs.read_rollouts(ref)[first_step - 1:]
   got_rolls = example_runs.read_rollouts(got)
-  assert len(got_rolls) == len(ref_rolls) == 7 - first_step
+  assert len(got_rolls) == len(ref_rolls) == STEPS + 1 - first_step
   for k, (a, b) in enumerate(zip(ref_rolls, got_rolls), start=first_step):
     assert a["prompts"] == b["prompts"], k
     assert a["completions"] == b["completions"], k
@@ -124,7 +125,7 @@ def _assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
   ref_recs = json.loads((ref / "records.json").read_text())[first_step - 1:]
   got_recs = json.loads((got / "records.json").read_text())
   # Step numbers continue; each step's batch is the reference's.
-  assert [r["step"] for r in got_recs] == list(range(first_step, 7))
+  assert [r["step"] for r in got_recs] == list(range(first_step, STEPS + 1))
   assert ([r["prompts_digest"] for r in got_recs]
           == [r["prompts_digest"] for r in ref_recs])
   np.testing.assert_allclose([r["loss"] for r in got_recs],
@@ -152,7 +153,7 @@ def _resume_copy(ref_ckpt: pathlib.Path, ckpt: pathlib.Path, out: pathlib.Path,
                  *args: str) -> subprocess.CompletedProcess[str]:
   """Resumes from a copy of `ref_ckpt` cut back to its step-2 checkpoint."""
   shutil.copytree(ref_ckpt, ckpt)
-  for step in (4, 6):
+  for step in range(4, STEPS + 1, 2):
     shutil.rmtree(checkpointing.actor_directory(str(ckpt)) / str(step))
   return _run(_command(out, ckpt, *args))
 
@@ -211,8 +212,8 @@ def test_job_sigkilled_while_saving_resumes_exactly(full):
       full["proc"])
   _assert_resumed_equal(full["ref"], full["out"], first_step=3, exact=True)
   # The resumed run checkpoints on: the same steps as the reference.
-  assert checkpointing.complete_steps(str(full["ckpt"])) == [2, 4, 6]
-  assert checkpointing.complete_steps(str(full["ref_ckpt"])) == [2, 4, 6]
+  assert checkpointing.complete_steps(str(full["ckpt"])) == list(range(2, STEPS + 1, 2))
+  assert checkpointing.complete_steps(str(full["ref_ckpt"])) == list(range(2, STEPS + 1, 2))
   # The rerun's save of step 4 replaced the half-written one.
   assert not _saves_in_flight(full["ckpt"])
 
@@ -224,7 +225,7 @@ def test_sigkilled_lora_job_resumes_exactly(lora):
   assert "actor/2 (global step 2, data position 12, written by 2 host(s))" in (
       _resumed_from(lora["proc"]))
   _assert_resumed_equal(lora["ref"], lora["out"], first_step=3, exact=True)
-  assert checkpointing.complete_steps(str(lora["ckpt"])) == [2, 4, 6]
+  assert checkpointing.complete_steps(str(lora["ckpt"])) == list(range(2, STEPS + 1, 2))
   # Only the adapters (and their optimizer state) are checkpointed.
   saved = checkpointing.latest(str(lora["ckpt"]))
   assert saved.fingerprint["trainable_params"] and all(

@@ -59,15 +59,14 @@ _TWO_HOSTS = ("--num_hosts=2", "--devices_per_host=2")
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
-def variant(request, tmp_path_factory):
+def variant(request, shared_runs):
   name = request.param
   if name in _SHARED:
     runs = request.getfixturevalue(_SHARED[name])
     return name, (runs["tunix"], runs["mcjax"])
-  tmp = tmp_path_factory.mktemp(name)
-  run = lambda backend: example_runs.run_example(
-      tmp / backend, *example_runs.EQUIVALENCE_FLAGS, *_DAPO_FLAGS,
-      f"--backend={backend}", *_TWO_HOSTS)
+  run = lambda backend: shared_runs.example(
+      *example_runs.EQUIVALENCE_FLAGS, *_DAPO_FLAGS, f"--backend={backend}",
+      *_TWO_HOSTS)
   return name, (run("tunix"), run("mcjax"))
 
 

@@ -49,18 +49,16 @@ BUDGET = "--max_seq_token_per_tpu=16"
 
 
 @pytest.fixture(name="runs", scope="module")
-def runs_fixture(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("packing")
+def runs_fixture(shared_runs):
   return {
-      "unpacked": example_runs.run_example(
-          tmp / "unpacked", *FLAGS, "--backend=tunix", "--num_hosts=1",
+      "unpacked": shared_runs.example(
+          *FLAGS, "--backend=tunix", "--num_hosts=1", "--devices_per_host=2"),
+      "packed2": shared_runs.example(
+          *FLAGS, BUDGET, "--backend=mcjax", "--num_hosts=2",
           "--devices_per_host=2"),
-      "packed2": example_runs.run_example(
-          tmp / "packed2", *FLAGS, BUDGET, "--backend=mcjax",
-          "--num_hosts=2", "--devices_per_host=2"),
-      "packed3": example_runs.run_example(
-          tmp / "packed3", *FLAGS, BUDGET, "--backend=mcjax",
-          "--num_hosts=3", "--devices_per_host=2"),
+      "packed3": shared_runs.example(
+          *FLAGS, BUDGET, "--backend=mcjax", "--num_hosts=3",
+          "--devices_per_host=2"),
   }
 
 

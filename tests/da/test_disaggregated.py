@@ -68,7 +68,7 @@ DA_FLAGS = ("--backend=mcjax_da", "--trainer_hosts=1", "--rollout_hosts=2")
 
 
 @pytest.fixture(name="da_runs", scope="module")
-def da_runs_fixture(tmp_path_factory):
+def da_runs_fixture(tmp_path_factory, shared_runs):
   tmp = tmp_path_factory.mktemp("da")
   k1_flags = (*(f for f in example_runs.EQUIVALENCE_FLAGS
                 if not f.startswith("--steps")), "--steps=3", *DA_FLAGS,
@@ -77,11 +77,10 @@ def da_runs_fixture(tmp_path_factory):
   killed = _run_killing(tmp / "killed", "RolloutHost", *lora_flags)
   return {
       "killed": killed,
-      "k0": example_runs.run_example(
-          tmp / "k0", *example_runs.EQUIVALENCE_FLAGS,
-          *example_runs.EVAL_FLAGS, *DA_FLAGS, "--devices_per_host=4",
-          "--max_staleness=0"),
-      "k1": example_runs.run_example(tmp / "k1", *lora_flags),
+      "k0": shared_runs.example(
+          *example_runs.EQUIVALENCE_FLAGS, *example_runs.EVAL_FLAGS,
+          *DA_FLAGS, "--devices_per_host=4", "--max_staleness=0"),
+      "k1": shared_runs.example(*lora_flags),
       # Two trainer hosts (one JAX program over both, a rollout host each),
       # on a Ray cluster the job did not start.
       "k1_lr0": _run_on_existing_cluster(

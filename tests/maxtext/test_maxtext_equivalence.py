@@ -36,13 +36,9 @@ MAXTEXT = (*example_runs.EQUIVALENCE_FLAGS, "--trainer=maxtext",
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("equiv_maxtext")
-  return {
-      name: example_runs.run_example(
-          tmp / name, *MAXTEXT, f"--backend={name}")
-      for name in ("tunix", "mcjax")
-  }
+def runs(shared_runs):
+  return {name: shared_runs.example(*MAXTEXT, f"--backend={name}")
+          for name in ("tunix", "mcjax")}
 
 
 def test_same_rollouts_and_rewards(runs):
