@@ -59,7 +59,11 @@ class SharedRuns:
     self._runner = runner or example_runs.run_example
     self._runs: dict[tuple[str, ...], pathlib.Path] = {}
     self._failed: dict[tuple[str, ...], str] = {}
-    self.started = 0  # Runs this registry launched (the rest were reused).
+
+  @property
+  def started(self) -> int:
+    """Runs this registry launched (every other ask was reused)."""
+    return len(self._runs) + len(self._failed)
 
   def example(self, *flags: str) -> pathlib.Path:
     """The directory of the run of `flags` (run now if this is the first
@@ -70,8 +74,7 @@ class SharedRuns:
       pytest.fail(f"this shared run failed earlier ({self._failed[key]}): "
                   + " ".join(key), pytrace=False)
     if key not in self._runs:
-      out = self._root / f"run{len(self._runs) + len(self._failed)}"
-      self.started += 1
+      out = self._root / f"run{self.started}"
       try:
         self._runner(out, *key)
       except BaseException:
