@@ -89,6 +89,18 @@ def free_port(host: str = LOOPBACK) -> int:
     return sock.getsockname()[1]
 
 
+def xla_flags_with_device_count(xla_flags: str, devices: int) -> str:
+  """`xla_flags` with its CPU device count set to `devices`; the user's other
+  XLA flags are kept."""
+  flags = [
+      flag
+      for flag in xla_flags.split()
+      if not flag.startswith(_DEVICE_COUNT_FLAG + "=")
+  ]
+  flags.append(f"{_DEVICE_COUNT_FLAG}={devices}")
+  return " ".join(flags)
+
+
 def host_env(
     base: Mapping[str, str],
     *,
@@ -99,18 +111,13 @@ def host_env(
 ) -> dict[str, str]:
   """The environment of host `host_id`: `base` plus the job's variables."""
   env = dict(base)
-  flags = [
-      flag
-      for flag in env.get("XLA_FLAGS", "").split()
-      if not flag.startswith(_DEVICE_COUNT_FLAG + "=")
-  ]
-  flags.append(f"{_DEVICE_COUNT_FLAG}={devices_per_host}")
   env.update({
       ENV_COORDINATOR: coordinator,
       ENV_NUM_HOSTS: str(num_hosts),
       ENV_HOST_ID: str(host_id),
       ENV_DEVICES_PER_HOST: str(devices_per_host),
-      "XLA_FLAGS": " ".join(flags),
+      "XLA_FLAGS": xla_flags_with_device_count(
+          env.get("XLA_FLAGS", ""), devices_per_host),
       "JAX_PLATFORMS": "cpu",
       "PYTHONUNBUFFERED": "1",
   })

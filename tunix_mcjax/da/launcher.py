@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import dataclasses
 import math
+import os
 import sys
 import time
 from typing import Any
@@ -66,7 +67,10 @@ def _log(message: str) -> None:
 
 def _host_env(devices: int) -> dict[str, str]:
   return {
-      "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+      # Ray actors do not inherit the driver's environment: the user's other
+      # XLA flags travel explicitly.
+      "XLA_FLAGS": launch.xla_flags_with_device_count(
+          os.environ.get("XLA_FLAGS", ""), devices),
       "JAX_PLATFORMS": "cpu",
       "PYTHONUNBUFFERED": "1",
       # Actors on an existing cluster do not inherit this process's.
