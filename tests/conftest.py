@@ -19,8 +19,8 @@ test starts a JAX backend (the first device query). Not through XLA_FLAGS or
 JAX_PLATFORMS: environment variables would leak into the processes that tests
 launch, and those (launched hosts, example runs) set up their own devices
 through tunix_mcjax.runtime. Works with jax 0.10.2 (.venv-vllm) and 0.12
-(.venv). The compilation cache and the test XLA flags are the settings that
-are meant to leak: see below.
+(.venv). The compilation cache is the one setting that is meant to leak: see
+below.
 
 Shared test helpers (launch_utils, example_runs, ...) live in tests/support/,
 which is put on sys.path here. The launch helpers refuse to start hosts for a
@@ -59,22 +59,6 @@ _CACHE_DIR = os.environ.get(
     str(launch_utils.REPO_ROOT / ".cache" / "test-compilation-cache"))
 if _CACHE_DIR != "off":
   compilation_cache.configure(_CACHE_DIR, program="tests/conftest.py")
-
-# Every process of the run (this one and, through the environment, every
-# host, example run and Ray actor) compiles with XLA's CPU backend at
-# optimization level 0: the models are tiny, so LLVM's optimization passes
-# cost far more than they save (measured: test_packing_equivalence 197 s ->
-# 144 s wall, docs/testing.md). Every comparison is between two runs compiled
-# the same way, and without fast-math the level changes no float result.
-# TUNIX_MCJAX_TEST_XLA_FLAGS replaces these flags; "" compiles as users do.
-_TEST_XLA_FLAGS = os.environ.get(
-    "TUNIX_MCJAX_TEST_XLA_FLAGS", "--xla_backend_optimization_level=0")
-_xla_flags = os.environ.get("XLA_FLAGS", "").split()
-for _flag in _TEST_XLA_FLAGS.split():
-  if _flag not in _xla_flags:
-    _xla_flags.append(_flag)
-if _xla_flags:
-  os.environ["XLA_FLAGS"] = " ".join(_xla_flags)
 
 # Compile statistics per test and per process, when TUNIX_MCJAX_TEST_STATS_DIR
 # is set (`make test` sets it; scripts/test_timings.py reads them).
