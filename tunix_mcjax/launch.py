@@ -52,6 +52,7 @@ from tunix_mcjax.runtime import ENV_COORDINATOR
 from tunix_mcjax.runtime import ENV_DEVICES_PER_HOST
 from tunix_mcjax.runtime import ENV_HOST_ID
 from tunix_mcjax.runtime import ENV_NUM_HOSTS
+from tunix_mcjax.runtime import xla_flags_with_device_count
 
 # The contract between this launcher and tunix_mcjax.runtime (which owns
 # the environment-variable names and imports no jax at module level).
@@ -61,7 +62,6 @@ EXIT_TIMEOUT = 124
 MIN_PYTHON = (3, 11)
 LOOPBACK = "127.0.0.1"
 
-_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*)?")
@@ -87,18 +87,6 @@ def free_port(host: str = LOOPBACK) -> int:
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
     sock.bind((host, 0))
     return sock.getsockname()[1]
-
-
-def xla_flags_with_device_count(xla_flags: str, devices: int) -> str:
-  """`xla_flags` with its CPU device count set to `devices`; the user's other
-  XLA flags are kept."""
-  flags = [
-      flag
-      for flag in xla_flags.split()
-      if not flag.startswith(_DEVICE_COUNT_FLAG + "=")
-  ]
-  flags.append(f"{_DEVICE_COUNT_FLAG}={devices}")
-  return " ".join(flags)
 
 
 def host_env(

@@ -438,13 +438,20 @@ def _set_cpu_device_count(count: int) -> None:
   except AttributeError:
     # Older jax has no such option; the XLA flag is read when the CPU backend
     # starts, which has not happened yet (checked by the caller).
-    flags = [
-        flag
-        for flag in os.environ.get("XLA_FLAGS", "").split()
-        if not flag.startswith("--xla_force_host_platform_device_count=")
-    ]
-    flags.append(f"--xla_force_host_platform_device_count={count}")
-    os.environ["XLA_FLAGS"] = " ".join(flags)
+    os.environ["XLA_FLAGS"] = xla_flags_with_device_count(
+        os.environ.get("XLA_FLAGS", ""), count)
+
+
+def xla_flags_with_device_count(xla_flags: str, devices: int) -> str:
+  """`xla_flags` with its CPU device count set to `devices`; the user's other
+  XLA flags are kept."""
+  flags = [
+      flag
+      for flag in xla_flags.split()
+      if not flag.startswith("--xla_force_host_platform_device_count=")
+  ]
+  flags.append(f"--xla_force_host_platform_device_count={devices}")
+  return " ".join(flags)
 
 
 # --- Private JAX names -------------------------------------------------------

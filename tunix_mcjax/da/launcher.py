@@ -51,6 +51,7 @@ from typing import Any
 
 from tunix_mcjax import compilation_cache
 from tunix_mcjax import launch
+from tunix_mcjax import runtime
 from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import ray_local
 from tunix_mcjax.da import rollout_host
@@ -69,7 +70,7 @@ def _host_env(devices: int) -> dict[str, str]:
   return {
       # Ray actors do not inherit the driver's environment: the user's other
       # XLA flags travel explicitly.
-      "XLA_FLAGS": launch.xla_flags_with_device_count(
+      "XLA_FLAGS": runtime.xla_flags_with_device_count(
           os.environ.get("XLA_FLAGS", ""), devices),
       "JAX_PLATFORMS": "cpu",
       "PYTHONUNBUFFERED": "1",
