@@ -401,21 +401,6 @@ def test_host_env_replaces_device_count_flag():
   assert env["KEEP"] == "yes"
 
 
-def test_da_actor_env_keeps_the_users_xla_flags(monkeypatch):
-  # Ray actors do not inherit the driver's environment, so the DA launcher
-  # passes XLA_FLAGS itself; it used to drop every flag but the device count.
-  from tunix_mcjax.da import launcher as da_launcher  # pylint: disable=g-import-not-at-top
-
-  monkeypatch.setenv(
-      "XLA_FLAGS",
-      "--xla_backend_optimization_level=0"
-      " --xla_force_host_platform_device_count=8")
-  env = da_launcher._host_env(2)  # pylint: disable=protected-access
-  assert env["XLA_FLAGS"] == (
-      "--xla_backend_optimization_level=0"
-      " --xla_force_host_platform_device_count=2")
-
-
 def test_free_port_is_bindable_on_loopback():
   port = launch.free_port()
   with socket.socket() as sock:
