@@ -89,7 +89,7 @@ help:
 	@echo "make wheel  - build the tunix_mcjax wheel into dist/"
 	@echo "make clean  - remove everything the targets above create"
 
-$(STAMP): requirements/main.lock pyproject.toml
+$(STAMP): requirements/main.lock pyproject.toml scripts/install_locked.py
 	$(call make_venv,$(VENV),$(PYTHON312),3.12,$(WHY312),requirements/main.lock,)
 
 venv: $(STAMP)
@@ -139,7 +139,7 @@ bench-device:
 maxtext-patched: $(STAMP)
 	$(PY) -m tunix_mcjax.maxtext.patching --out=build/maxtext_patched
 
-$(STAMP_VLLM): requirements/vllm.lock pyproject.toml
+$(STAMP_VLLM): requirements/vllm.lock pyproject.toml scripts/install_locked.py
 	$(call make_venv,$(VENV_VLLM),$(PYTHON311),3.11,$(WHY311),requirements/vllm.lock,$(VLLM_PIP_ARGS))
 
 venv-vllm: $(STAMP_VLLM)
@@ -160,7 +160,7 @@ STAMP_MXV := $(VENV_MXV)/.installed
 MXV_TESTS := $(VLLM_TESTS) tests/maxtext/test_maxtext_vllm.py \
   tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment \
   tests/da/test_da_vllm.py
-$(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml
+$(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml scripts/install_locked.py
 	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,--no-cache-dir)
 
 venv-maxtext-vllm: $(STAMP_MXV)

@@ -377,7 +377,6 @@ def main(argv: Sequence[str]) -> None:
     _user_error(e)
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
 
   if cfg.backend == "mcjax_da":
@@ -406,8 +405,18 @@ def main(argv: Sequence[str]) -> None:
             timeout_s=_TIMEOUT.value,
             fresh_files=[cfg.metrics_out],
             note=f"backend={cfg.backend}",
+            host_main=lambda: _run_host(cfg),
         )
     )
+  _run_host(cfg)
+
+
+def _run_host(cfg: grpo_job.GrpoJobConfig) -> None:
+  """One host of the job (or the whole job, on a detected cluster)."""
+  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+
   try:
     summary = grpo_job.run(cfg)
   except (validation.InputError, checkpointing.CheckpointError) as e:

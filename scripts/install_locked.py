@@ -23,11 +23,19 @@ exactly the pinned set is installed: nothing is resolved.
   python scripts/install_locked.py requirements/main.lock [--pip-arg=ARG ...]
 
 `TUNIX_MCJAX_INSTALLER=pip` skips uv.
+
+Everything installed is compiled to bytecode at install time (uv's
+`--compile-bytecode`, pip's default), this package's sources too: where
+PYTHONDONTWRITEBYTECODE is set (as on this project's machines) Python never
+writes a .pyc, so without them every process would compile JAX, Tunix and
+their dependencies from source again (importing Tunix: 11 s of CPU instead
+of 3 s, in every launched host).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import pathlib
 import shlex
@@ -103,7 +111,7 @@ def _install_with_uv(python: str, lock: str, pip_args: Sequence[str]) -> bool:
   args, extra_env = uv_arguments(pip_config(python), pip_args)
   env = {**os.environ, **extra_env}
   base = [uv, "pip", "install", "--python", python, "--no-deps", "-q", *args]
-  return (_run([*base, "-r", lock], env)
+  return (_run([*base, "--compile-bytecode", "-r", lock], env)
           and _run([*base, "--no-build-isolation", "-e", "."], env))
 
 
@@ -137,6 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = _install_with_pip(python, args.lock, args.pip_arg)
   if not done:
     print(f"error: installing {args.lock} failed (see above)", file=sys.stderr)
+    return 1
+  # The editable install's sources: neither installer compiles them.
+  root = pathlib.Path(__file__).resolve().parents[1]
+  if not compileall.compile_dir(root / "tunix_mcjax", quiet=1, workers=0):
+    print("error: compiling tunix_mcjax to bytecode failed (see above)",
+          file=sys.stderr)
     return 1
   print(f">> installed {args.lock} with {installer} in "
         f"{time.monotonic() - start:.0f} s", flush=True)

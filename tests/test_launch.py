@@ -471,3 +471,107 @@ def test_relaunch_as_local_hosts(tmp_path, as_module):
   spec = "relaunching" if as_module else None  # How each host was run.
   lines = sorted(out.read_text().splitlines())
   assert lines == [f"{h} 3 {[str(out)]} {spec}" for h in (0, 1)]
+
+
+_FORKING = textwrap.dedent("""\
+    import atexit, json, os, sys
+    import jax  # Imported, its backend not started: what hosts inherit.
+    from tunix_mcjax import launch, runtime
+
+    out, mode = sys.argv[1], sys.argv[2]
+
+    def host_main():
+      from jax.experimental import multihost_utils
+      import numpy as np
+      info = runtime.initialize()
+      host = info.process_index
+      atexit.register(lambda: open(out, "a").write(f"atexit {host}\\n"))
+      gathered = multihost_utils.process_allgather(np.array([host]))
+      with open(out, "a") as f:
+        f.write(json.dumps({
+            "host": host, "pid": os.getpid(), "ppid": os.getppid(),
+            "sid": os.getsid(0), "devices": jax.local_device_count(),
+            "platform": jax.default_backend(),
+            "gathered": np.asarray(gathered).ravel().tolist()}) + "\\n")
+      print(f"line from host {host}")
+      if mode == "fail" and host == 1:
+        raise RuntimeError("host 1 gives up")
+      if mode == "exit" and host == 1:
+        sys.exit(3)
+
+    print(json.dumps({"launcher": os.getpid()}), flush=True)
+    sys.exit(launch.relaunch_as_local_hosts(
+        sys.argv[1:], num_hosts=2, devices_per_host=2, timeout_s=90,
+        host_main=host_main))
+""")
+
+
+@pytest.mark.multihost
+@pytest.mark.parametrize("mode,status", [("ok", 0), ("fail", 1), ("exit", 3)])
+def test_hosts_forked_from_the_launching_process(tmp_path, mode, status):
+  """With `host_main`, hosts are forked children that form a real JAX job:
+  their own sessions, the job's variables, a working collective, exit
+  statuses and atexit handlers as in a new interpreter."""
+  (tmp_path / "forking.py").write_text(_FORKING)
+  out = tmp_path / "out.txt"
+  result = subprocess.run(
+      [sys.executable, str(tmp_path / "forking.py"), str(out), mode],
+      env=launch_utils.launcher_env(), cwd=tmp_path, capture_output=True,
+      text=True, timeout=150)
+  assert result.returncode == status, launch_utils.describe(result)
+  assert "(forked from this process)" in result.stderr, result.stderr
+  launcher = json.loads(result.stdout.splitlines()[0])["launcher"]
+  lines = out.read_text().splitlines()
+  hosts = [json.loads(l) for l in lines if l.startswith("{")]
+  assert sorted(h["host"] for h in hosts) == [0, 1], lines
+  for h in hosts:
+    assert h["ppid"] == launcher and h["pid"] != launcher, h
+    assert h["sid"] == h["pid"], h  # Its own session, as Popen's hosts.
+    assert h["devices"] == 2 and h["platform"] == "cpu", h
+    assert h["gathered"] == [0, 1], h
+  assert "[host 1] line from host 1" in result.stdout
+  if mode == "fail":
+    assert "[host 1] RuntimeError: host 1 gives up" in result.stderr
+    assert "host 1 exited with status 1" in result.stderr
+  if mode == "exit":
+    assert "host 1 exited with status 3" in result.stderr
+  if mode == "ok":
+    assert sorted(l for l in lines if l.startswith("atexit")) == [
+        "atexit 0", "atexit 1"]
+
+
+def test_what_keeps_hosts_from_being_forked(tmp_path):
+  """Threads, a started backend, JAX options that differ, or the opt-out:
+  each makes the launcher start new interpreters, and says why."""
+  code = textwrap.dedent("""\
+      import os, threading
+      import jax
+      from tunix_mcjax import launch
+      env = dict(os.environ)
+      print(launch.fork_blocker([env]))
+      print(launch.fork_blocker([{**env, "JAX_ENABLE_X64": "1"}]))
+      os.environ[launch.ENV_HOST_START] = "spawn"
+      print(launch.fork_blocker([env]))
+      del os.environ[launch.ENV_HOST_START]
+      stop = threading.Event()
+      thread = threading.Thread(target=stop.wait)
+      thread.start()
+      print(launch.fork_blocker([env]))
+      stop.set()
+      thread.join()
+      jax.devices()
+      print(launch.fork_blocker([env]))
+  """)
+  env = launch_utils.launcher_env()
+  env.pop(launch.ENV_HOST_START, None)
+  env.pop("JAX_ENABLE_X64", None)
+  result = subprocess.run([sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=60)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines() == [
+      "None",
+      "the hosts' JAX_ENABLE_X64 differs from this process's",
+      f"{launch.ENV_HOST_START}=spawn",
+      "this process runs 1 other thread(s)",
+      "JAX's backend has started in this process",
+  ]

@@ -42,6 +42,7 @@ import errno
 import inspect
 import os
 import socket
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -456,7 +457,7 @@ def xla_flags_with_device_count(xla_flags: str, devices: int) -> str:
 
 # --- Private JAX names -------------------------------------------------------
 # The only places that touch jax._src. A JAX upgrade that moves them should
-# break these two helpers (and tests/test_runtime.py), nothing else.
+# break these helpers (and tests/test_runtime.py), nothing else.
 
 
 def _detected_cluster() -> str | None:
@@ -525,12 +526,22 @@ def cluster_hints(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _backends_initialized() -> bool:
+  return backend_started() is True
+
+
+def backend_started() -> bool | None:
+  """Whether this process has started a JAX backend; None if JAX cannot say.
+
+  False also when jax is not imported (nothing can have started).
+  """
+  if "jax" not in sys.modules:
+    return False
   try:
     from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
 
     return bool(xla_bridge.backends_are_initialized())
   except (ImportError, AttributeError):
-    return False
+    return None
 
 
 # --- Meshes ------------------------------------------------------------------

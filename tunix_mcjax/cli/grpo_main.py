@@ -554,6 +554,7 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
       timeout_s=cli_flags.TIMEOUT.value,
       fresh_files=[options.metrics_out],
       note=f"backend={options.backend}",
+      host_main=lambda: _main_host(argv, options),
   )
 
 
