@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -39,15 +38,13 @@ _TINY = ("--backend=mcjax", "--num_hosts=2", "--devices_per_host=1",
          "--batch_size=2", "--num_generations=2")
 
 
-def _host_id(pid: int) -> str | None:
-  try:
-    environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-  except OSError:
-    return None
-  for item in environ:
-    if item.startswith(b"TUNIX_MCJAX_HOST_ID="):
-      return item.split(b"=", 1)[1].decode()
-  return None
+def _host_pids(launcher_stderr: str) -> dict[str, int]:
+  """The launcher's 'host pids: 0=PID 1=PID' line, as a map."""
+  for line in launcher_stderr.splitlines():
+    if line.startswith("[launch] host pids: "):
+      pairs = line.removeprefix("[launch] host pids: ").split()
+      return {h: int(p) for h, p in (pair.split("=") for pair in pairs)}
+  return {}
 
 
 @pytest.mark.multihost
@@ -69,8 +66,10 @@ def test_a_host_killed_mid_run_stops_the_job_naming_it(tmp_path):
       assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
       assert time.monotonic() < deadline, "no step finished in 400 s"
       time.sleep(0.2)
-    hosts = {_host_id(p): p for p in launch_utils.children(proc.pid)}
+    hosts = _host_pids((tmp_path / "err.txt").read_text())
     assert set(hosts) == {"0", "1"}, hosts
+    children = set(launch_utils.children(proc.pid))
+    assert set(hosts.values()) <= children, (hosts, children)
     os.kill(hosts["1"], signal.SIGKILL)
     killed = time.monotonic()
     status = proc.wait(timeout=60)

@@ -561,6 +561,9 @@ def launch(
             preexec_fn=preexec,
         )
       hosts.append(_Host(index=index, proc=proc))
+    # Which process is which host (a forked host's /proc/PID/environ still
+    # shows the launcher's variables).
+    _log("host pids: " + " ".join(f"{h.index}={h.proc.pid}" for h in hosts))
     # Readers start after every fork, so no fork happens while they run.
     forwarder = _Forwarder()
     for host in hosts:
