@@ -539,39 +539,3 @@ def test_hosts_forked_from_the_launching_process(tmp_path, mode, status):
     assert sorted(l for l in lines if l.startswith("atexit")) == [
         "atexit 0", "atexit 1"]
 
-
-def test_what_keeps_hosts_from_being_forked(tmp_path):
-  """Threads, a started backend, JAX options that differ, or the opt-out:
-  each makes the launcher start new interpreters, and says why."""
-  code = textwrap.dedent("""\
-      import os, threading
-      import jax
-      from tunix_mcjax import launch
-      env = dict(os.environ)
-      print(launch.fork_blocker([env]))
-      print(launch.fork_blocker([{**env, "JAX_ENABLE_X64": "1"}]))
-      os.environ[launch.ENV_HOST_START] = "spawn"
-      print(launch.fork_blocker([env]))
-      del os.environ[launch.ENV_HOST_START]
-      stop = threading.Event()
-      thread = threading.Thread(target=stop.wait)
-      thread.start()
-      print(launch.fork_blocker([env]))
-      stop.set()
-      thread.join()
-      jax.devices()
-      print(launch.fork_blocker([env]))
-  """)
-  env = launch_utils.launcher_env()
-  env.pop(launch.ENV_HOST_START, None)
-  env.pop("JAX_ENABLE_X64", None)
-  result = subprocess.run([sys.executable, "-c", code], env=env,
-                          capture_output=True, text=True, timeout=60)
-  assert result.returncode == 0, result.stderr
-  assert result.stdout.splitlines() == [
-      "None",
-      "the hosts' JAX_ENABLE_X64 differs from this process's",
-      f"{launch.ENV_HOST_START}=spawn",
-      "this process runs 1 other thread(s)",
-      "JAX's backend has started in this process",
-  ]

@@ -34,7 +34,6 @@ This module must not import jax: it only starts processes.
 from __future__ import annotations
 
 import argparse
-import atexit
 from collections.abc import Callable, Mapping, Sequence
 import ctypes
 import dataclasses
@@ -49,6 +48,7 @@ import threading
 import time
 from typing import BinaryIO, TextIO
 
+from tunix_mcjax import host_fork
 from tunix_mcjax.runtime import ENV_COORDINATOR
 from tunix_mcjax.runtime import ENV_DEVICES_PER_HOST
 from tunix_mcjax.runtime import ENV_HOST_ID
@@ -67,8 +67,6 @@ _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*)?")
 _LOG_PREFIX = "[launch] "
-# "spawn" starts every host as a new interpreter even where forking is safe.
-ENV_HOST_START = "TUNIX_MCJAX_HOST_START"
 
 
 class LaunchError(ValueError):
@@ -232,151 +230,10 @@ def _exit_code(status: int) -> int:
   return status if status >= 0 else 128 - status
 
 
-class _ForkedProcess:
-  """The parts of `subprocess.Popen` the launcher uses, for a forked host."""
-
-  def __init__(self, pid: int, stdout: BinaryIO, stderr: BinaryIO):
-    self.pid = pid
-    self.stdout = stdout
-    self.stderr = stderr
-    self.returncode: int | None = None
-
-  def wait(self) -> int:
-    if self.returncode is None:
-      _, status = os.waitpid(self.pid, 0)
-      self.returncode = os.waitstatus_to_exitcode(status)
-    return self.returncode
-
-
-def fork_blocker(host_envs: Sequence[Mapping[str, str]]) -> str | None:
-  """Why hosts cannot be forked from this process, or None if they can.
-
-  A forked host skips the 10-20 s of CPU a new interpreter spends importing
-  JAX and Tunix. That is safe only before anything that fork does not copy
-  exists: Python threads (the child has only the forking one), a started
-  JAX backend (XLA's thread pools, the distributed client), or JAX options
-  that were read from the environment at import and differ for the hosts.
-  Native threads that imports start (OpenBLAS's pool, the allocator's
-  background thread) are fork-aware.
-
-  Args:
-    host_envs: The environment each host would get.
-  """
-  if not sys.platform.startswith("linux"):
-    return "forking hosts is done on Linux only"
-  if os.environ.get(ENV_HOST_START) == "spawn":
-    return f"{ENV_HOST_START}=spawn"
-  if threading.active_count() != 1:
-    return f"this process runs {threading.active_count() - 1} other thread(s)"
-  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
-
-  started = runtime.backend_started()
-  if started is None:
-    return "cannot tell whether JAX's backend has started here"
-  if started:
-    return "JAX's backend has started in this process"
-  for env in host_envs:
-    for name in sorted(set(os.environ) | set(env)):
-      # JAX reads JAX_* options at import; JAX_PLATFORMS is set again in
-      # the child (_run_forked_host).
-      if (name.startswith("JAX_") and name != "JAX_PLATFORMS"
-          and os.environ.get(name) != env.get(name)):
-        return f"the hosts' {name} differs from this process's"
-  return None
-
-
-def _fork_host(
-    host_main: Callable[[], object],
-    env: Mapping[str, str],
-    preexec: Callable[[], None] | None,
-) -> _ForkedProcess:
-  """Forks one host that runs `host_main()` in `env`, as Popen would run it
-  (own session, stdin from /dev/null, stdout and stderr to pipes)."""
-  out_r, out_w = os.pipe()
-  err_r, err_w = os.pipe()
-  # Buffered text would be written twice, once by each process.
-  sys.stdout.flush()
-  sys.stderr.flush()
-  pid = os.fork()
-  if pid == 0:
-    try:
-      os.close(out_r)
-      os.close(err_r)
-      _run_forked_host(host_main, env, preexec, out_w, err_w)
-    finally:
-      os._exit(70)  # Not reached: _run_forked_host exits.
-  os.close(out_w)
-  os.close(err_w)
-  return _ForkedProcess(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
-
-
-def _run_forked_host(
-    host_main: Callable[[], object],
-    env: Mapping[str, str],
-    preexec: Callable[[], None] | None,
-    out_w: int,
-    err_w: int,
-) -> None:
-  """The child's side of `_fork_host`; never returns."""
-  code = 1
-  try:
-    os.setsid()
-    if preexec is not None:
-      preexec()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-      signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(out_w, 1)
-    os.dup2(err_w, 2)
-    os.close(out_w)
-    os.close(err_w)
-    # As PYTHONUNBUFFERED does for a new interpreter: lines leave at once.
-    for stream in (sys.stdout, sys.stderr):
-      reconfigure = getattr(stream, "reconfigure", None)
-      if reconfigure is not None:
-        reconfigure(line_buffering=True)
-    os.environ.clear()
-    os.environ.update(env)
-    if "jax" in sys.modules:
-      import jax  # pylint: disable=g-import-not-at-top
-
-      jax.config.update("jax_platforms", env.get("JAX_PLATFORMS") or None)
-    try:
-      result = host_main()
-      code = 0 if result is None else int(result)
-    except SystemExit as e:
-      if e.code is None:
-        code = 0
-      elif isinstance(e.code, int):
-        code = e.code
-      else:
-        print(e.code, file=sys.stderr)
-        code = 1
-    # What an interpreter does at exit: threading's exit hooks (executors
-    # stop their workers), joining non-daemon threads, then the atexit
-    # handlers (e.g. JAX's distributed shutdown).
-    threading._shutdown()  # pylint: disable=protected-access
-    atexit._run_exitfuncs()  # pylint: disable=protected-access
-  except BaseException:  # pylint: disable=broad-exception-caught
-    import traceback  # pylint: disable=g-import-not-at-top
-
-    traceback.print_exc()
-    code = 1
-  finally:
-    try:
-      sys.stdout.flush()
-      sys.stderr.flush()
-    finally:
-      os._exit(code & 0xFF)
-
-
 @dataclasses.dataclass(kw_only=True)
 class _Host:
   index: int
-  proc: subprocess.Popen[bytes] | _ForkedProcess
+  proc: subprocess.Popen[bytes] | host_fork.ForkedProcess
   status: int | None = None  # Known once exited; the pid stays unreaped.
   readers: list[threading.Thread] = dataclasses.field(default_factory=list)
 
@@ -487,7 +344,8 @@ def launch(
     env: Extra variables for the hosts, on top of the launcher's environment.
     host_main: What `command` runs once it finds the job's variables, as a
       function of this process (returning the exit status or None). Given,
-      the hosts are forked from this process where `fork_blocker` allows,
+      the hosts are forked from this process where
+      `host_fork.fork_blocker` allows,
       and skip the interpreter's start-up and imports; else `command` runs.
 
   Returns:
@@ -520,7 +378,7 @@ def launch(
   ]
   how = ""
   if host_main is not None:
-    blocker = fork_blocker(envs)
+    blocker = host_fork.fork_blocker(envs)
     if blocker is None:
       how = " (forked from this process)"
     else:
@@ -549,7 +407,7 @@ def launch(
     preexec = _death_signal_preexec()
     for index in range(num_hosts):
       if host_main is not None:
-        proc = _fork_host(host_main, envs[index], preexec)
+        proc = host_fork.fork_host(host_main, envs[index], preexec)
       else:
         proc = subprocess.Popen(
             command,

@@ -302,7 +302,7 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
     needs_fresh_backend = (
         source != "single" or config.local_device_count is not None
     )
-    if needs_fresh_backend and _backends_initialized():
+    if needs_fresh_backend and backend_started():
       raise RuntimeError(
           "JAX was already used in this process (a computation ran or devices"
           " were listed) before tunix_mcjax.runtime.initialize(); call"
@@ -523,10 +523,6 @@ def cluster_hints(environ: Mapping[str, str] | None = None) -> list[str]:
   except ImportError:
     pass
   return hints
-
-
-def _backends_initialized() -> bool:
-  return backend_started() is True
 
 
 def backend_started() -> bool | None:

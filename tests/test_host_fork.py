@@ -1,0 +1,60 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests of forking hosts from the launching process (real processes)."""
+
+import subprocess
+import sys
+import textwrap
+
+import launch_utils
+
+from tunix_mcjax import host_fork
+
+
+def test_what_keeps_hosts_from_being_forked(tmp_path):
+  """Threads, a started backend, JAX options that differ, or the opt-out:
+  each makes the launcher start new interpreters, and says why."""
+  code = textwrap.dedent("""\
+      import os, threading
+      import jax
+      from tunix_mcjax import host_fork
+      env = dict(os.environ)
+      print(host_fork.fork_blocker([env]))
+      print(host_fork.fork_blocker([{**env, "JAX_ENABLE_X64": "1"}]))
+      os.environ[host_fork.ENV_HOST_START] = "spawn"
+      print(host_fork.fork_blocker([env]))
+      del os.environ[host_fork.ENV_HOST_START]
+      stop = threading.Event()
+      thread = threading.Thread(target=stop.wait)
+      thread.start()
+      print(host_fork.fork_blocker([env]))
+      stop.set()
+      thread.join()
+      jax.devices()
+      print(host_fork.fork_blocker([env]))
+  """)
+  env = launch_utils.launcher_env()
+  env.pop(host_fork.ENV_HOST_START, None)
+  env.pop("JAX_ENABLE_X64", None)
+  result = subprocess.run([sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=60)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines() == [
+      "None",
+      "the hosts' JAX_ENABLE_X64 differs from this process's",
+      f"{host_fork.ENV_HOST_START}=spawn",
+      "this process runs 1 other thread(s)",
+      "JAX's backend has started in this process",
+  ]
