@@ -14,16 +14,20 @@
 
 r"""GRPO on a Qwen3-architecture model, stock Tunix or the mcjax backend.
 
-Local simulation (no cluster detected): the script re-runs itself as
---num_hosts processes of --devices_per_host fake CPU devices each
-(`tunix_mcjax.launch.relaunch_as_local_hosts`; the 'tunix' backend gets one
-process with the same total number of devices):
+On one machine (no cluster detected) the script re-runs itself as the job's
+processes (`tunix_mcjax.launch.relaunch_as_local_hosts`; the 'tunix' backend
+gets one process with every device). With GPUs or TPU chips here: one
+process with all of them, or --num_hosts=N processes that each own 1/N.
+Simulated hosts of fake CPU devices, with --simulate or --devices_per_host
+(and on a machine without accelerators):
 
   python examples/grpo_qwen3.py --backend=mcjax --num_hosts=2 \
       --devices_per_host=4 --metrics_out=runs/demo/metrics.jsonl
 
-On a real cluster (TPU VM pod, SLURM, ...) start one process per host; the
-cluster is detected and --num_hosts/--devices_per_host are ignored.
+The start line says which ("2 simulated hosts x 4 CPU devices", "2
+processes x 4 GPUs"). On a real cluster (TPU VM pod, SLURM, ...) start one
+process per host; the cluster is detected and --num_hosts/--devices_per_host
+are ignored.
 
 Trainer mesh: --mesh=auto (default) shards parameters over every device
 (fsdp) when the model's widths divide, else uses hybrid sharding (hsdp:
@@ -37,6 +41,7 @@ or their --no... forms) overrides the profile.
 """
 
 from collections.abc import Sequence
+import dataclasses
 import json
 import os
 import sys
@@ -84,10 +89,19 @@ _SCAN_LAYERS = flags.DEFINE_boolean(
     "--trainer=maxtext: MaxText's scanned layer layout."
 )
 _NUM_HOSTS = flags.DEFINE_integer(
-    "num_hosts", 2, "Simulated hosts (local runs only)."
+    "num_hosts", None,
+    "Processes on this machine (no cluster detected): each owns 1/N of its"
+    " GPUs or TPU chips (default 1), or N simulated hosts (default 2)."
 )
 _DEVICES_PER_HOST = flags.DEFINE_integer(
-    "devices_per_host", 4, "Fake CPU devices per simulated host."
+    "devices_per_host", None,
+    "Fake CPU devices per simulated host (default 4); asks for simulated"
+    " hosts."
+)
+_SIMULATE = flags.DEFINE_boolean(
+    "simulate", False,
+    "Simulated hosts of fake CPU devices even where GPUs or TPU chips are"
+    " present (a machine without them always simulates)."
 )
 _STEPS = flags.DEFINE_integer(
     "steps", _DEFAULTS.steps,
@@ -383,13 +397,18 @@ def main(argv: Sequence[str]) -> None:
     _run_disaggregated(cfg)
     return
   if not runtime.in_multi_controller_environment():
-    if _NUM_HOSTS.value < 1 or _DEVICES_PER_HOST.value < 1:
-      raise app.UsageError("--num_hosts and --devices_per_host must be >= 1.")
-    # The tunix backend: one process with all simulated hosts' devices.
-    hosts = _NUM_HOSTS.value if cfg.backend == "mcjax" else 1
-    devices = _DEVICES_PER_HOST.value * (_NUM_HOSTS.value // hosts)
+    from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
     try:
-      _check_before_start(cfg, num_hosts=hosts, devices_per_host=devices)
+      plan = platforms.plan_local_hosts(
+          platforms.detect_machine(), num_hosts=_NUM_HOSTS.value,
+          devices_per_host=_DEVICES_PER_HOST.value, simulate=_SIMULATE.value)
+      if cfg.backend != "mcjax":
+        # The tunix backend: one process with every host's devices.
+        plan = dataclasses.replace(
+            plan, num_hosts=1,
+            devices_per_host=plan.devices_per_host * plan.num_hosts)
+      _check_before_start(cfg, num_hosts=plan.num_hosts,
+                          devices_per_host=plan.devices_per_host)
       if cfg.checkpoint_dir is not None:
         # An unwritable directory, or a checkpoint of another configuration.
         checkpointing.check_writable(cfg.checkpoint_dir)
@@ -400,8 +419,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(
         launch.relaunch_as_local_hosts(
             sys.argv[1:],
-            num_hosts=hosts,
-            devices_per_host=devices,
+            plan=plan,
             timeout_s=_TIMEOUT.value,
             fresh_files=[cfg.metrics_out],
             note=f"backend={cfg.backend}",
@@ -432,11 +450,18 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
 
-  if _DEVICES_PER_HOST.value < 1:
-    raise app.UsageError("--devices_per_host must be >= 1.")
+  from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
+
   try:
+    devices = launcher.host_devices(
+        launcher.placement_from_flags(
+            strategy=_RAY_PLACEMENT_STRATEGY.value, bundle=_RAY_BUNDLE.value,
+            ray_address=_RAY_ADDRESS.value),
+        hosts=cfg.trainer_hosts + cfg.rollout_hosts,
+        devices_per_host=_DEVICES_PER_HOST.value, simulate=_SIMULATE.value,
+        ray_address=_RAY_ADDRESS.value, machine=platforms.detect_machine())
     _check_before_start(cfg, num_hosts=cfg.trainer_hosts,
-                        devices_per_host=_DEVICES_PER_HOST.value)
+                        devices_per_host=devices.devices_per_host)
     if cfg.checkpoint_dir is not None:
       # As under mcjax: refused here rather than inside a Ray actor.
       checkpointing.check_writable(cfg.checkpoint_dir)
@@ -444,19 +469,16 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
                                  cfg.checkpoint_fingerprint())
   except ValueError as e:
     _user_error(e)
+  print(f"[grpo_qwen3] mcjax_da hosts: {devices.describe()}", flush=True)
   if cfg.metrics_out and os.path.exists(cfg.metrics_out):
     os.remove(cfg.metrics_out)  # A fresh record of this job.
   try:
-    placement = launcher.placement_from_flags(
-        strategy=_RAY_PLACEMENT_STRATEGY.value, bundle=_RAY_BUNDLE.value,
-        ray_address=_RAY_ADDRESS.value)
-  except ValueError as e:
-    _user_error(e)
-  try:
-    summary = launcher.run_local(cfg, devices_per_host=_DEVICES_PER_HOST.value,
-                                 timeout_s=_TIMEOUT.value,
-                                 ray_address=_RAY_ADDRESS.value,
-                                 placement=placement)
+    summary = launcher.run_local(
+        cfg,
+        devices_per_host=(devices.devices_per_host if devices.simulated
+                          else None),
+        timeout_s=_TIMEOUT.value, ray_address=_RAY_ADDRESS.value,
+        placement=devices.placement)
   except RuntimeError as e:
     print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
     sys.exit(1)

@@ -112,7 +112,7 @@ def test_a_wrong_flag_is_one_line_and_exit_2_before_any_host_starts(
   assert "--batch_size=3 is global and must divide over 2 hosts" in (
       result.stderr)
   assert "is not a file" in result.stderr
-  assert "local simulation" not in result.stdout  # No host started.
+  assert "on this machine:" not in result.stdout  # No host started.
 
 
 def test_bad_data_is_one_line_and_exit_2_before_any_host_starts(tmp_path):
@@ -124,4 +124,4 @@ def test_bad_data_is_one_line_and_exit_2_before_any_host_starts(tmp_path):
                         "--max_prompt_length=16")
   _assert_one_line_exit_2(result, "row 1 (of 1; 1 too long)")
   assert "--skip_long_prompts" in result.stderr
-  assert "local simulation" not in result.stdout  # No host started.
+  assert "on this machine:" not in result.stdout  # No host started.

@@ -28,6 +28,7 @@ import launch_utils
 import pytest
 
 from tunix_mcjax import launch
+from tunix_mcjax import platforms
 from tunix_mcjax import runtime
 
 # Every host script starts like this: record the pid first, so that the
@@ -401,6 +402,49 @@ def test_host_env_replaces_device_count_flag():
   assert env["KEEP"] == "yes"
 
 
+def test_host_env_of_gpu_processes_forces_no_platform():
+  plan = platforms.plan_local_hosts(platforms.Machine(gpus=4), num_hosts=2,
+                                    devices_per_host=None)
+  env = launch.host_env(
+      # What an enclosing simulated job would have left.
+      {"XLA_FLAGS": "--xla_foo=1", runtime.ENV_DEVICES_PER_HOST: "4"},
+      coordinator="127.0.0.1:1234", num_hosts=2, host_id=1,
+      devices_per_host=None, plan=plan)
+  assert "JAX_PLATFORMS" not in env
+  assert runtime.ENV_DEVICES_PER_HOST not in env
+  assert env["XLA_FLAGS"] == "--xla_foo=1"  # No fake device count.
+  assert env[platforms.ENV_LOCAL_DEVICE_IDS] == "2,3"
+  assert runtime.RuntimeConfig.from_env(env).local_device_ids == (2, 3)
+
+
+@pytest.mark.multihost
+def test_launch_gives_each_gpu_process_its_devices(tmp_path, capsys,
+                                                  monkeypatch):
+  """A real launch of a GPU plan (the hosts print what they got; no JAX, so
+  it runs on a machine without GPUs): the start line, new interpreters, and
+  each process's environment."""
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # The user's, if set.
+  plan = platforms.plan_local_hosts(platforms.Machine(gpus=4), num_hosts=2,
+                                    devices_per_host=None)
+  code = ("import json, os, sys; json.dump({k: os.environ.get(k) for k in"
+          " ('JAX_PLATFORMS', 'TUNIX_MCJAX_LOCAL_DEVICE_IDS',"
+          " 'TUNIX_MCJAX_DEVICES_PER_HOST', 'TUNIX_MCJAX_HOST_ID')},"
+          f" open({str(tmp_path)!r} + '/' + os.environ['TUNIX_MCJAX_HOST_ID'],"
+          " 'w'))")
+  status = launch.launch([sys.executable, "-c", code], plan=plan,
+                         timeout_s=60, host_main=lambda: 0)
+  captured = capsys.readouterr()
+  assert status == 0, captured
+  assert "[launch] 2 processes x 2 GPUs (4 GPUs found), coordinator" in (
+      captured.err)
+  assert "(new interpreters: hosts on GPUs)" in captured.err
+  got = [json.loads((tmp_path / str(h)).read_text()) for h in range(2)]
+  assert got == [
+      {"JAX_PLATFORMS": None, "TUNIX_MCJAX_LOCAL_DEVICE_IDS": ids,
+       "TUNIX_MCJAX_DEVICES_PER_HOST": None, "TUNIX_MCJAX_HOST_ID": str(h)}
+      for h, ids in enumerate(("0,1", "2,3"))]
+
+
 def test_free_port_is_bindable_on_loopback():
   port = launch.free_port()
   with socket.socket() as sock:
@@ -466,8 +510,8 @@ def test_relaunch_as_local_hosts(tmp_path, as_module):
       [sys.executable, *program, str(out)], env=env, cwd=tmp_path,
       capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, launch_utils.describe(result)
-  assert ("[relaunching] local simulation: demo, 2 host(s) x 3 CPU devices"
-          in result.stdout)
+  assert ("[relaunching] on this machine: demo, 2 simulated hosts x 3 CPU"
+          " devices" in result.stdout)
   spec = "relaunching" if as_module else None  # How each host was run.
   lines = sorted(out.read_text().splitlines())
   assert lines == [f"{h} 3 {[str(out)]} {spec}" for h in (0, 1)]

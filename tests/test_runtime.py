@@ -90,6 +90,13 @@ def test_config_is_frozen_and_keyword_only():
             r"process_id=2 must be an integer in \[0, ",
         ),
         ({"local_device_count": 0}, "local_device_count=0 must be"),
+        ({"coordinator_address": "127.0.0.1:1234", "num_processes": 2,
+          "process_id": 0, "local_device_ids": (1, 1)},
+         "local_device_ids=.* distinct device ordinals"),
+        ({"coordinator_address": "127.0.0.1:1234", "num_processes": 2,
+          "process_id": 0, "local_device_ids": (0,), "local_device_count": 2},
+         "exclude each other"),
+        ({"local_device_ids": (0,)}, "needs an explicit job"),
         ({"cpu_collectives": "nccl"}, "cpu_collectives='nccl' must be one of"),
         ({"initialization_timeout_s": 0}, "initialization_timeout_s=0"),
         ({"heartbeat_timeout_s": -1}, "heartbeat_timeout_s=-1"),
@@ -115,6 +122,20 @@ def test_config_from_env_reads_launcher_variables():
   )
 
 
+def test_config_from_env_reads_the_gpus_of_a_process():
+  config = runtime.RuntimeConfig.from_env({
+      runtime.ENV_COORDINATOR: "127.0.0.1:4321",
+      runtime.ENV_NUM_HOSTS: "2",
+      runtime.ENV_HOST_ID: "1",
+      runtime.ENV_LOCAL_DEVICE_IDS: "2,3",
+  })
+  assert config.local_device_ids == (2, 3)
+  assert config.local_device_count is None  # The platform is left alone.
+  # What jax.distributed.initialize is given (read by initialize()).
+  kwargs = runtime._optional_distributed_kwargs(config)  # pylint: disable=protected-access
+  assert kwargs == {"local_device_ids": [2, 3]}
+
+
 def test_config_from_env_without_variables_auto_detects():
   assert runtime.RuntimeConfig.from_env({}) == runtime.RuntimeConfig()
 
@@ -137,6 +158,15 @@ def test_config_from_env_without_variables_auto_detects():
                 "TUNIX_MCJAX_HOST_ID": "0",
             },
             "TUNIX_MCJAX_NUM_HOSTS='two' must be an integer",
+        ),
+        (
+            {
+                "TUNIX_MCJAX_COORDINATOR": "127.0.0.1:1",
+                "TUNIX_MCJAX_NUM_HOSTS": "2",
+                "TUNIX_MCJAX_HOST_ID": "0",
+                "TUNIX_MCJAX_LOCAL_DEVICE_IDS": "0;1",
+            },
+            "TUNIX_MCJAX_LOCAL_DEVICE_IDS='0;1' must be comma-separated",
         ),
     ],
 )

@@ -12,16 +12,19 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Runs one command as N simulated hosts of a multi-controller JAX job.
+"""Runs one command as the N processes of a multi-controller JAX job here.
 
   python -m tunix_mcjax.launch --num_hosts 2 --devices_per_host 4 \\
       [--timeout 3600] [--grace 5] -- python train.py --flag ...
 
-Each host is a child process with K fake CPU devices and the variables that
-`tunix_mcjax.runtime.initialize()` reads. The launcher forwards every output
-line prefixed with `[host i] `, and stops the whole job as soon as one host
-fails, on --timeout (a collective joined by only some hosts hangs forever, so
-this timeout is the only guard), and on SIGINT/SIGTERM. No host process, nor
+Each host is a child process with its devices (from the command line: K
+fake CPU devices; from the entry points: `platforms.LocalPlan`, which may
+give each process its share of this machine's GPUs or TPU chips) and the
+variables that `tunix_mcjax.runtime.initialize()` reads. The launcher
+forwards every output line prefixed with `[host i] `, and stops the whole
+job as soon as one host fails, on --timeout (a collective joined by only
+some hosts hangs forever, so this timeout is the only guard), and on
+SIGINT/SIGTERM. No host process, nor
 anything a host started in its process group, outlives the launcher.
 
 Exit status: 0 when every host exits 0; 2 for bad input (nothing started);
@@ -49,6 +52,7 @@ import time
 from typing import BinaryIO, TextIO
 
 from tunix_mcjax import host_fork
+from tunix_mcjax import platforms
 from tunix_mcjax.runtime import ENV_COORDINATOR
 from tunix_mcjax.runtime import ENV_DEVICES_PER_HOST
 from tunix_mcjax.runtime import ENV_HOST_ID
@@ -96,20 +100,32 @@ def host_env(
     coordinator: str,
     num_hosts: int,
     host_id: int,
-    devices_per_host: int,
+    devices_per_host: int | None,
+    plan: platforms.LocalPlan | None = None,
 ) -> dict[str, str]:
-  """The environment of host `host_id`: `base` plus the job's variables."""
+  """The environment of host `host_id`: `base` plus the job's variables.
+
+  The devices are `plan`'s; without a plan, `devices_per_host` fake CPU
+  devices, or (None) whatever the process is given otherwise (a Ray actor's
+  accelerators) on the platform JAX finds.
+  """
   env = dict(base)
   env.update({
       ENV_COORDINATOR: coordinator,
       ENV_NUM_HOSTS: str(num_hosts),
       ENV_HOST_ID: str(host_id),
-      ENV_DEVICES_PER_HOST: str(devices_per_host),
-      "XLA_FLAGS": xla_flags_with_device_count(
-          env.get("XLA_FLAGS", ""), devices_per_host),
-      "JAX_PLATFORMS": "cpu",
       "PYTHONUNBUFFERED": "1",
   })
+  # An enclosing job's devices are not this one's.
+  for name in (ENV_DEVICES_PER_HOST, platforms.ENV_LOCAL_DEVICE_IDS):
+    env.pop(name, None)
+  if plan is None and devices_per_host is not None:
+    plan = platforms.simulated(num_hosts, devices_per_host)
+  if plan is not None:
+    env.update(plan.host_env(host_id))
+    if plan.simulated:
+      env["XLA_FLAGS"] = xla_flags_with_device_count(
+          env.get("XLA_FLAGS", ""), plan.devices_per_host)
   return env
 
 
@@ -326,8 +342,9 @@ def _log(message: str) -> None:
 def launch(
     command: Sequence[str],
     *,
-    num_hosts: int,
-    devices_per_host: int,
+    num_hosts: int | None = None,
+    devices_per_host: int | None = None,
+    plan: platforms.LocalPlan | None = None,
     timeout_s: float = 3600,
     grace_s: float = 5,
     env: Mapping[str, str] | None = None,
@@ -337,14 +354,16 @@ def launch(
 
   Args:
     command: The program and its arguments, run once per host.
-    num_hosts: Number of simulated hosts (processes).
-    devices_per_host: Fake CPU devices per host.
+    num_hosts: Number of simulated hosts (processes), without `plan`.
+    devices_per_host: Fake CPU devices per host, without `plan`.
+    plan: The processes and their devices (`platforms.plan_local_hosts`);
+      given, it replaces `num_hosts` and `devices_per_host`.
     timeout_s: Stop the whole job after this many seconds.
     grace_s: Seconds between SIGTERM and SIGKILL when stopping hosts.
     env: Extra variables for the hosts, on top of the launcher's environment.
     host_main: What `command` runs once it finds the job's variables, as a
       function of this process (returning the exit status or None). Given,
-      the hosts are forked from this process where
+      simulated hosts are forked from this process where
       `host_fork.fork_blocker` allows,
       and skip the interpreter's start-up and imports; else `command` runs.
 
@@ -357,6 +376,8 @@ def launch(
   command = list(command)
   base_env = dict(os.environ)
   base_env.update(env or {})
+  if plan is not None:
+    num_hosts, devices_per_host = plan.num_hosts, plan.devices_per_host
   check_launch(
       command,
       num_hosts=num_hosts,
@@ -365,6 +386,8 @@ def launch(
       grace_s=grace_s,
       env=base_env,
   )
+  if plan is None:
+    plan = platforms.simulated(num_hosts, devices_per_host)
   coordinator = f"{LOOPBACK}:{free_port()}"
   envs = [
       host_env(
@@ -373,20 +396,24 @@ def launch(
           num_hosts=num_hosts,
           host_id=index,
           devices_per_host=devices_per_host,
+          plan=plan,
       )
       for index in range(num_hosts)
   ]
   how = ""
   if host_main is not None:
-    blocker = host_fork.fork_blocker(envs)
+    # Forking is proven on CPU only; an accelerator's runtime is safer
+    # started by a fresh interpreter.
+    blocker = (host_fork.fork_blocker(envs) if plan.simulated
+               else f"hosts on {plan.platform.upper()}s")
     if blocker is None:
       how = " (forked from this process)"
     else:
       host_main = None
       how = f" (new interpreters: {blocker})"
   _log(
-      f"{num_hosts} host(s) x {devices_per_host} CPU device(s), coordinator"
-      f" {coordinator}, timeout {timeout_s:g} s: {' '.join(command)}{how}"
+      f"{plan.describe()}, coordinator {coordinator}, timeout"
+      f" {timeout_s:g} s: {' '.join(command)}{how}"
   )
 
   received: list[int] = []
@@ -523,23 +550,25 @@ def this_program() -> list[str]:
 def relaunch_as_local_hosts(
     argv: Sequence[str],
     *,
-    num_hosts: int,
-    devices_per_host: int,
+    num_hosts: int | None = None,
+    devices_per_host: int | None = None,
+    plan: platforms.LocalPlan | None = None,
     timeout_s: float = 3600,
     fresh_files: Sequence[str | None] = (),
     note: str = "",
     host_main: Callable[[], object] | None = None,
 ) -> int:
-  """Re-runs this program as `num_hosts` local hosts; returns the job status.
+  """Re-runs this program as the job's processes here; returns its status.
 
-  For entry points that, without a detected cluster, simulate one on this
+  For entry points that, without a detected cluster, run the job on this
   machine: each host runs `this_program()` with `argv` and finds the
   cluster through the variables `launch` sets.
 
   Args:
     argv: The program's arguments (typically `sys.argv[1:]`).
-    num_hosts: Number of simulated hosts (processes).
-    devices_per_host: Fake CPU devices per host.
+    num_hosts: Number of simulated hosts (processes), without `plan`.
+    devices_per_host: Fake CPU devices per host, without `plan`.
+    plan: The processes and their devices (`platforms.plan_local_hosts`).
     timeout_s: Stop the whole job after this many seconds.
     fresh_files: Files the job appends to (e.g. a metrics file), removed
       first: one run per file, and only this process (not every host) may
@@ -555,6 +584,8 @@ def relaunch_as_local_hosts(
   Raises:
     LaunchError: bad input; no host was started.
   """
+  if plan is None:
+    plan = platforms.simulated(num_hosts, devices_per_host)
   program = this_program()
   command = [*program, *argv]
   for path in fresh_files:
@@ -564,15 +595,11 @@ def relaunch_as_local_hosts(
     name = program[2].rsplit(".", 1)[-1]
   else:
     name = os.path.splitext(os.path.basename(program[1]))[0]
-  print(
-      f"[{name}] local simulation: {note + ', ' if note else ''}{num_hosts}"
-      f" host(s) x {devices_per_host} CPU devices",
-      flush=True,
-  )
+  print(f"[{name}] on this machine: {note + ', ' if note else ''}"
+        f"{plan.describe()}", flush=True)
   return launch(
       command,
-      num_hosts=num_hosts,
-      devices_per_host=devices_per_host,
+      plan=plan,
       timeout_s=timeout_s,
       host_main=host_main,
   )

@@ -60,6 +60,8 @@ ENV_COORDINATOR = "TUNIX_MCJAX_COORDINATOR"
 ENV_NUM_HOSTS = "TUNIX_MCJAX_NUM_HOSTS"
 ENV_HOST_ID = "TUNIX_MCJAX_HOST_ID"
 ENV_DEVICES_PER_HOST = "TUNIX_MCJAX_DEVICES_PER_HOST"
+# The GPU ordinals a process of a job on one GPU machine owns ("0,1").
+ENV_LOCAL_DEVICE_IDS = "TUNIX_MCJAX_LOCAL_DEVICE_IDS"
 
 CPU_COLLECTIVES = ("gloo", "mpi")
 HOST_AXIS = "host"
@@ -96,6 +98,8 @@ class RuntimeConfig:
     process_id: This process's index in [0, num_processes).
     local_device_count: Number of fake CPU devices for this process (the
       launcher's --devices_per_host); None leaves the platform alone.
+    local_device_ids: The GPUs this process owns when several processes share
+      one machine's GPUs (jax.distributed's `local_device_ids`); None: all.
     cpu_collectives: Cross-process collectives on CPU: "gloo" or "mpi".
     initialization_timeout_s: Seconds to wait for every process to join.
     heartbeat_timeout_s: Seconds without a heartbeat after which JAX declares
@@ -107,6 +111,7 @@ class RuntimeConfig:
   num_processes: int | None = None
   process_id: int | None = None
   local_device_count: int | None = None
+  local_device_ids: tuple[int, ...] | None = None
   cpu_collectives: str = "gloo"
   initialization_timeout_s: int = 300
   heartbeat_timeout_s: int | None = None
@@ -153,6 +158,25 @@ class RuntimeConfig:
           f"local_device_count={self.local_device_count!r} must be an integer"
           " >= 1, or None to keep the platform's devices."
       )
+    if self.local_device_ids is not None:
+      ids = self.local_device_ids
+      if (not isinstance(ids, tuple) or not ids
+          or not all(_is_int(i) and i >= 0 for i in ids)
+          or len(set(ids)) != len(ids)):
+        raise ValueError(
+            f"local_device_ids={ids!r} must be a non-empty tuple of distinct"
+            " device ordinals >= 0, or None for every local device."
+        )
+      if self.local_device_count is not None:
+        raise ValueError(
+            "local_device_ids (GPUs) and local_device_count (simulated CPU"
+            " devices) exclude each other; set one."
+        )
+      if self.coordinator_address is None:
+        raise ValueError(
+            "local_device_ids needs an explicit job (coordinator_address,"
+            " num_processes, process_id): jax.distributed takes it at start."
+        )
     if self.cpu_collectives not in CPU_COLLECTIVES:
       raise ValueError(
           f"cpu_collectives={self.cpu_collectives!r} must be one of"
@@ -222,11 +246,20 @@ class RuntimeConfig:
           f"{ENV_NUM_HOSTS}/{ENV_HOST_ID} are set without {ENV_COORDINATOR};"
           " run through `python -m tunix_mcjax.launch` or unset them."
       )
+    raw_ids = environ.get(ENV_LOCAL_DEVICE_IDS) or None
+    ids = None
+    if raw_ids is not None:
+      try:
+        ids = tuple(int(i) for i in raw_ids.split(","))
+      except ValueError:
+        raise ValueError(f"{ENV_LOCAL_DEVICE_IDS}={raw_ids!r} must be"
+                         " comma-separated integers, e.g. '0,1'.") from None
     return cls(
         coordinator_address=coordinator,
         num_processes=num_hosts,
         process_id=host_id,
         local_device_count=read_int(ENV_DEVICES_PER_HOST),
+        local_device_ids=ids,
     )
 
 
@@ -420,6 +453,8 @@ def _optional_distributed_kwargs(config: RuntimeConfig) -> dict[str, Any]:
   """Keyword arguments that only some jax versions accept."""
   import jax  # pylint: disable=g-import-not-at-top
   kwargs = {}
+  if config.local_device_ids is not None:
+    kwargs["local_device_ids"] = list(config.local_device_ids)
   if config.heartbeat_timeout_s is not None:
     params = inspect.signature(jax.distributed.initialize).parameters
     if "heartbeat_timeout_seconds" not in params:

@@ -251,7 +251,9 @@ def test_both_backends_run_two_steps(runs):
   assert {r["backend"] for r in _records(mcjax_out)} == {"mcjax"}
   assert {r["num_hosts"] for r in _records(mcjax_out)} == {NUM_HOSTS}
   # The devices per host come from the recipe's mesh: (4,1) over 2 hosts.
-  assert "2 host(s) x 2 CPU devices" in mcjax_proc.stdout
+  # No accelerator here: simulated hosts, and the start line says why.
+  assert ("2 simulated hosts x 2 CPU devices (no GPU or TPU found)"
+          in mcjax_proc.stdout)
   assert "[launch]" not in tunix_proc.stdout + tunix_proc.stderr
   # Checkpoints went to the run's tmp directory, and nothing was written
   # relative to the working directory (e.g. Tunix's `actor/` checkpoints when

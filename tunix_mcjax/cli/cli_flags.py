@@ -43,19 +43,28 @@ BACKEND = flags.DEFINE_enum(
 NUM_HOSTS = flags.DEFINE_integer(
     "num_hosts",
     None,
-    "mcjax local simulation only (no cluster detected): number of host"
-    f" processes to start on this machine (default {LOCAL_SIM_NUM_HOSTS}).",
+    "mcjax on one machine (no cluster detected): host processes to start;"
+    " each owns 1/N of the GPUs or TPU chips here (default 1), or N"
+    f" simulated hosts (default {LOCAL_SIM_NUM_HOSTS}).",
 )
 DEVICES_PER_HOST = flags.DEFINE_integer(
     "devices_per_host",
     None,
-    "mcjax local simulation only: fake CPU devices per host (default: the"
-    " size of actor_model_config.mesh divided by --num_hosts).",
+    "mcjax on one machine: fake CPU devices per simulated host (default: the"
+    " size of actor_model_config.mesh divided by --num_hosts); asks for"
+    " simulated hosts.",
+)
+SIMULATE = flags.DEFINE_boolean(
+    "simulate",
+    False,
+    "mcjax on one machine: simulated hosts of fake CPU devices even where"
+    " GPUs or TPU chips are present (a machine without them always"
+    " simulates).",
 )
 TIMEOUT = flags.DEFINE_integer(
     "timeout",
     3600,
-    "mcjax local simulation only: stop all hosts after this many seconds.",
+    "mcjax on one machine: stop all hosts after this many seconds.",
 )
 METRICS_OUT = flags.DEFINE_string(
     "metrics_out",

@@ -533,24 +533,37 @@ def _main_tunix(argv: list[str], options: CliOptions) -> None:
 
 
 def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
-  """Checks the config here, then re-runs this command as N local hosts."""
-  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+  """Checks the config here, then re-runs this command as the job's hosts
+  on this machine (its accelerators, or simulated CPU hosts)."""
+  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import launch
+  from tunix_mcjax import platforms
+  # pylint: enable=g-import-not-at-top
 
-  num_hosts = cli_flags.NUM_HOSTS.value
-  if num_hosts is None:
-    num_hosts = cli_flags.LOCAL_SIM_NUM_HOSTS
+  machine = platforms.detect_machine()
+  reason = platforms.simulation_reason(
+      machine, simulate=cli_flags.SIMULATE.value,
+      devices_per_host=cli_flags.DEVICES_PER_HOST.value)
   try:
-    devices_per_host = check_mcjax_config(
-        GrpoCliPipeline(argv, options=options),
-        num_hosts=num_hosts,
-        devices_per_host=cli_flags.DEVICES_PER_HOST.value,
-    )
+    pipeline = GrpoCliPipeline(argv, options=options)
+    if reason is None:
+      plan = platforms.plan_local_hosts(
+          machine, num_hosts=cli_flags.NUM_HOSTS.value, devices_per_host=None)
+      check_mcjax_config(pipeline, num_hosts=plan.num_hosts,
+                         devices_per_host=plan.devices_per_host)
+    else:
+      num_hosts = cli_flags.NUM_HOSTS.value
+      if num_hosts is None:
+        num_hosts = cli_flags.LOCAL_SIM_NUM_HOSTS
+      devices_per_host = check_mcjax_config(
+          pipeline, num_hosts=num_hosts,
+          devices_per_host=cli_flags.DEVICES_PER_HOST.value)
+      plan = platforms.simulated(num_hosts, devices_per_host, reason=reason)
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
   return launch.relaunch_as_local_hosts(
       sys.argv[1:],
-      num_hosts=num_hosts,
-      devices_per_host=devices_per_host,
+      plan=plan,
       timeout_s=cli_flags.TIMEOUT.value,
       fresh_files=[options.metrics_out],
       note=f"backend={options.backend}",
@@ -570,27 +583,43 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
     _fail("--num_hosts does not apply to --backend=mcjax_da: its hosts come"
           " from the actor and rollout meshes (or --trainer_hosts and"
           " --rollout_hosts).")
+  from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
+
   try:
     pipeline = GrpoCliPipeline(argv, options=options)
-    plan = disaggregated.plan(
-        pipeline, devices_per_host=cli_flags.DEVICES_PER_HOST.value)
     # As the example's flags: the Ray cluster and the hosts' placement.
     placement = launcher.placement_from_flags(
         strategy=cli_flags.RAY_PLACEMENT_STRATEGY.value,
         bundle=cli_flags.RAY_BUNDLE.value,
         ray_address=cli_flags.RAY_ADDRESS.value)
+    # Accelerators named in the bundle are a host's devices too.
+    per_host = cli_flags.DEVICES_PER_HOST.value
+    if per_host is None:
+      per_host = next((int(placement.bundle[n]) for n in ("GPU", "TPU")
+                       if placement.bundle.get(n)), None)
+    plan = disaggregated.plan(pipeline, devices_per_host=per_host)
+    devices = launcher.host_devices(
+        placement, hosts=plan.options.trainer_hosts + plan.options.rollout_hosts,
+        devices_per_host=cli_flags.DEVICES_PER_HOST.value,
+        simulate=cli_flags.SIMULATE.value,
+        ray_address=cli_flags.RAY_ADDRESS.value,
+        machine=platforms.detect_machine(),
+        needed_per_host=plan.devices_per_host)
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
-  print(f"[grpo_main] mcjax_da: {plan.describe()}", flush=True)
+  print(f"[grpo_main] mcjax_da: {plan.describe()}; hosts on"
+        f" {devices.describe()}", flush=True)
   if options.metrics_out and os.path.exists(options.metrics_out):
     os.remove(options.metrics_out)  # One run per file.
   try:
     launcher.run_local(
         disaggregated.CliTask(argv=tuple(argv), options=plan.options),
         rollout_source=plan.rollout_source(argv),
-        devices_per_host=plan.devices_per_host,
+        devices_per_host=(devices.devices_per_host if devices.simulated
+                          else None),
         timeout_s=cli_flags.TIMEOUT.value,
-        ray_address=cli_flags.RAY_ADDRESS.value, placement=placement)
+        ray_address=cli_flags.RAY_ADDRESS.value,
+        placement=devices.placement)
   except RuntimeError as e:
     print(f"grpo_main: error: {e}", file=sys.stderr, flush=True)
     return 1

@@ -18,8 +18,10 @@ The job's driver (the example, on the machine where it is started) starts a
 Ray session (`ray_local`: locally a head bound to 127.0.0.1), then:
 
 1. R rollout hosts: Ray actors running `rollout_host.RolloutHost`, each a
-   process with its own devices (locally `devices_per_host` fake CPU
-   devices), named so that trainer hosts find them;
+   process with its own devices (the GPUs or TPU chips of its bundle, which
+   Ray makes visible to it, on the platform JAX finds; or, for simulated
+   hosts, `devices_per_host` fake CPU devices), named so that trainer hosts
+   find them;
 2. T trainer hosts: Ray actors that each run the GRPO job
    (`recipes.grpo_job.run`, backend "mcjax_da") as one process of the
    trainers' multi-controller JAX program (`jax.distributed` over the
@@ -51,6 +53,7 @@ from typing import Any
 
 from tunix_mcjax import compilation_cache
 from tunix_mcjax import launch
+from tunix_mcjax import platforms
 from tunix_mcjax import runtime
 from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import ray_local
@@ -66,17 +69,23 @@ def _log(message: str) -> None:
   print(f"[da] {message}", file=sys.stderr, flush=True)
 
 
-def _host_env(devices: int) -> dict[str, str]:
-  return {
-      # Ray actors do not inherit the driver's environment: the user's other
-      # XLA flags travel explicitly.
-      "XLA_FLAGS": runtime.xla_flags_with_device_count(
-          os.environ.get("XLA_FLAGS", ""), devices),
-      "JAX_PLATFORMS": "cpu",
+def _host_env(devices: int | None) -> dict[str, str]:
+  """A host actor's variables: `devices` fake CPU devices, or (None) the
+  accelerators of its bundle on the platform JAX finds."""
+  env = {
       "PYTHONUNBUFFERED": "1",
       # Actors on an existing cluster do not inherit this process's.
       **compilation_cache.inherited(),
   }
+  if devices is not None:
+    # Ray actors do not inherit the driver's environment: the user's other
+    # XLA flags travel explicitly.
+    env["XLA_FLAGS"] = runtime.xla_flags_with_device_count(
+        os.environ.get("XLA_FLAGS", ""), devices)
+    env["JAX_PLATFORMS"] = "cpu"
+  elif os.environ.get("XLA_FLAGS"):
+    env["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
+  return env
 
 
 _STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
@@ -171,7 +180,123 @@ def parse_bundle(items: list[str] | tuple[str, ...]) -> dict[str, float]:
   return bundle
 
 
-def run_local(job: Any, *, devices_per_host: int, timeout_s: float,
+_ACCELERATORS = ("GPU", "TPU")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostDevices:
+  """What each host of a disaggregated job runs on.
+
+  Attributes:
+    placement: the hosts' placement; its bundle names their accelerators.
+    devices_per_host: devices of each host.
+    simulated: fake CPU devices (`JAX_PLATFORMS=cpu`) rather than the
+      accelerators of the bundle.
+    reason: why, for the start line.
+  """
+
+  placement: Placement
+  devices_per_host: int
+  simulated: bool
+  reason: str
+
+  def describe(self) -> str:
+    if self.simulated:
+      return f"{self.devices_per_host} CPU devices each ({self.reason})"
+    name = next(n for n in _ACCELERATORS if self.placement.bundle.get(n))
+    unit = "GPU" if name == "GPU" else "TPU chip"
+    n = self.devices_per_host
+    return f"{n} {unit}{'s' * (n != 1)} each ({self.reason})"
+
+
+def host_devices(
+    placement: Placement,
+    *,
+    hosts: int,
+    devices_per_host: int | None,
+    simulate: bool,
+    ray_address: str | None,
+    machine: platforms.Machine,
+    default_devices_per_host: int = 4,
+    needed_per_host: int | None = None,
+) -> HostDevices:
+  """Decides the hosts' devices before anything starts; ValueError names
+  the fix.
+
+  Accelerators when the bundle names them (--ray_bundle CPU=8,GPU=1), or,
+  under a local head, when this machine has them (split evenly over the
+  hosts); simulated CPU hosts when asked for (--simulate, --devices_per_host)
+  or when a local head finds no accelerator. On an existing cluster without
+  either the choice is the user's: it is refused.
+
+  Args:
+    placement: from the flags (`placement_from_flags`).
+    hosts: trainer and rollout hosts together.
+    devices_per_host: --devices_per_host (None: not given).
+    simulate: --simulate.
+    ray_address: --ray_address (None: a local head).
+    machine: this machine (`platforms.detect_machine()`).
+    default_devices_per_host: a simulated host's CPU devices when
+      --devices_per_host is not given.
+    needed_per_host: the devices each host must have (the CLI's, from the
+      meshes); None: whatever the bundle or an even split gives.
+  """
+  named = [n for n in _ACCELERATORS if placement.bundle.get(n)]
+  if len(named) > 1:
+    raise ValueError(f"--ray_bundle names both GPU and TPU"
+                     f" ({dict(placement.bundle)}): give a host one kind.")
+  if named and (simulate or devices_per_host is not None):
+    raise ValueError(
+        f"--ray_bundle gives each host {named[0]}={placement.bundle[named[0]]}"
+        " but --simulate/--devices_per_host ask for simulated CPU hosts:"
+        " drop one of them."
+    )
+  if named:
+    amount = placement.bundle[named[0]]
+    if amount != int(amount):
+      raise ValueError(f"--ray_bundle {named[0]}={amount}: a host needs whole"
+                       " devices.")
+    if needed_per_host is not None and int(amount) != needed_per_host:
+      raise ValueError(
+          f"--ray_bundle gives each host {named[0]}={int(amount)} but the"
+          f" meshes need {needed_per_host} devices per host: make them agree."
+      )
+    return HostDevices(placement=placement, devices_per_host=int(amount),
+                       simulated=False, reason="--ray_bundle")
+  accelerator = machine.accelerator()
+  if simulate or devices_per_host is not None or (
+      accelerator is None and ray_address is None):
+    reason = ("--simulate" if simulate else "--devices_per_host given"
+              if devices_per_host is not None else "no GPU or TPU found")
+    devices = (devices_per_host if devices_per_host is not None
+               else needed_per_host or default_devices_per_host)
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+      raise ValueError(f"--devices_per_host must be an integer >= 1, got"
+                       f" {devices!r}.")
+    return HostDevices(placement=placement, devices_per_host=devices,
+                       simulated=True, reason=reason)
+  if ray_address is not None:
+    raise ValueError(
+        "on an existing Ray cluster say what each host runs on:"
+        " --ray_bundle CPU=1,GPU=1 (or TPU=4) for accelerators, or"
+        " --devices_per_host K (or --simulate) for simulated CPU hosts."
+    )
+  kind, count = accelerator
+  name = kind.upper()
+  per = needed_per_host or count // hosts
+  if per * hosts > count or per < 1:
+    raise ValueError(
+        f"this machine has {count} {name}s, fewer than {hosts} hosts x"
+        f" {max(per, 1)}: run fewer hosts, or --simulate for simulated CPU"
+        " hosts."
+    )
+  bundle = {**placement.bundle, name: per}
+  return HostDevices(placement=dataclasses.replace(placement, bundle=bundle),
+                     devices_per_host=per, simulated=False,
+                     reason=f"{count} {name}s found here")
+
+
+def run_local(job: Any, *, devices_per_host: int | None, timeout_s: float,
               session: ray_local.RaySessionConfig | None = None,
               ray_address: str | None = None,
               placement: Placement | None = None,
@@ -180,7 +305,8 @@ def run_local(job: Any, *, devices_per_host: int, timeout_s: float,
 
   Args:
     job: the job's `GrpoJobConfig`.
-    devices_per_host: fake CPU devices of each host's process.
+    devices_per_host: fake CPU devices of each host's process; None: the
+      accelerators of each host's bundle (`host_devices`).
     timeout_s: the longest wait for the rollout hosts' start and the job.
     session: the Ray session (overrides ray_address); None: from ray_address.
     ray_address: None starts a Ray head on this machine, on loopback only,
@@ -208,10 +334,11 @@ def run_local(job: Any, *, devices_per_host: int, timeout_s: float,
   with ray_local.RaySession(session):
     where = ("Ray up" if session.local
              else f"connected to the Ray cluster at {session.address}")
+    devices = (f"{devices_per_host} CPU devices" if devices_per_host
+               else f"their bundle's accelerators {dict(placement.bundle)}")
     _log(f"{where} in {time.perf_counter() - t0:.1f} s; starting"
          f" {da.rollout_hosts} rollout hosts and {da.trainer_hosts} trainer"
-         f" hosts x {devices_per_host} CPU devices (max_staleness"
-         f" {da.max_staleness})")
+         f" hosts x {devices} (max_staleness {da.max_staleness})")
     group = _place(total, placement, timeout_s=timeout_s)
     actors = []
     try:
@@ -248,7 +375,7 @@ def _place(hosts: int, placement: Placement, *, timeout_s: float) -> Any:
 
 def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
                placement: Placement, actors: list[Any], *,
-               devices_per_host: int, timeout_s: float, local: bool,
+               devices_per_host: int | None, timeout_s: float, local: bool,
                rollout_source: Any = None) -> list[Any]:
   """Starts the hosts (appended to `actors` as they are made); waits."""
   import ray  # pylint: disable=g-import-not-at-top
