@@ -39,7 +39,7 @@ VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
 
-.PHONY: help venv demo demo-da test test-fast test-timings lock clean bench bench-device venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
+.PHONY: help venv demo demo-da test test-fast test-timings lock clean bench bench-device device-wheels venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
 
 # $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
 # runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
@@ -76,6 +76,7 @@ help:
 	@echo "make test-timings - make test, then its per-test/per-process figures into docs/testing.md"
 	@echo "make bench  - side-by-side benchmark (quick, <10 min; BENCH_MODE=full for the full protocol) -> runs/bench/"
 	@echo "make bench-device - the prepared GPU run (<8 min; installs wheels/; see docs/benchmarks.md) -> runs/bench-device/"
+	@echo "make device-wheels - fill wheels/ for it (needs the package index)"
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
 	@echo "make lock   - re-resolve requirements/main.in into requirements/main.lock"
 	@echo "make demo-da - the demo disaggregated: 1 trainer host + 2 rollout hosts on a local Ray (max_staleness 1)"
@@ -135,6 +136,10 @@ bench: $(STAMP)
 # venv; DEVICE_PYTHON is that machine's interpreter.
 bench-device:
 	$(or $(DEVICE_PYTHON),python3) scripts/bench_device.py --out=runs/bench-device
+
+# Here, with the package index: what bench-device carries (scripts/device_wheels.py).
+device-wheels: $(STAMP)
+	$(PY) scripts/device_wheels.py --dest=wheels
 
 maxtext-patched: $(STAMP)
 	$(PY) -m tunix_mcjax.maxtext.patching --out=build/maxtext_patched

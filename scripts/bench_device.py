@@ -17,14 +17,16 @@ r"""The prepared accelerator run: one machine, one host, real devices.
 
   make bench-device                      # on the GPU machine
   python scripts/bench_device.py --out=runs/bench-device
-  python scripts/bench_device.py --smoke --no-install --out=/tmp/x  # CPU
+  python scripts/bench_device.py --smoke --out=/tmp/x  # CPU, installs nothing
 
 For a machine with an NVIDIA GPU, JAX with CUDA and PyTorch preinstalled and
 no network. In under 8 minutes it
 
-1. installs this package and the pinned google-tunix from the wheels in
-   `wheels/` (git-ignored; build them as docs/benchmarks.md says) with
-   `pip install --no-index --no-deps`, unless --no-install;
+1. installs the wheels in `wheels/` (git-ignored; made by
+   scripts/device_wheels.py: the pinned Tunix and the pure-Python packages
+   the job imports, on the machine's own JAX) offline into --site, first on
+   the path, and imports every Tunix module the job uses, unless
+   --no-install;
 2. runs `tunix-stock` (Tunix's RLCluster with its vanilla rollout) and
    `mcjax-optimized-1host` on a Qwen3-0.6B-shaped random model, one process
    each on this machine's default devices, same workload, second pass
@@ -61,44 +63,74 @@ def _pinned(name: str) -> str | None:
   return None
 
 
-def install(wheels: pathlib.Path) -> None:
-  """Installs every wheel in `wheels` offline; checks the pinned Tunix."""
+def install(wheels: pathlib.Path, site: pathlib.Path) -> None:
+  """Installs the wheels in `wheels` offline into `site` (put first on the
+  path of this process and the job's), then imports every Tunix module the
+  job uses (requirements/device-job.json) on the machine's own JAX."""
   files = sorted(glob.glob(str(wheels / "*.whl")))
   names = [pathlib.Path(f).name for f in files]
   tunix = _pinned("google-tunix")
-  missing = []
-  if not any(n.startswith("tunix_mcjax-") for n in names):
-    missing.append("tunix_mcjax (make wheel; cp dist/*.whl wheels/)")
   if not any(n.startswith(f"google_tunix-{tunix}-") for n in names):
-    missing.append(f"google_tunix {tunix} (pip wheel --no-deps"
-                   f" google-tunix=={tunix} -w wheels)")
-  if missing:
-    sys.exit(f"bench_device: {wheels}/ lacks wheels: {'; '.join(missing)}."
-             " See docs/benchmarks.md, 'The prepared GPU run'.")
-  subprocess.run([sys.executable, "-m", "pip", "install", "--no-index",
-                  "--no-deps", "--force-reinstall", *files], check=True)
+    sys.exit(f"bench_device: {wheels}/ lacks google_tunix {tunix}: run"
+             " `.venv/bin/python scripts/device_wheels.py` on a machine with"
+             " the package index (docs/benchmarks.md, 'The prepared GPU"
+             " run').")
+  t0 = time.perf_counter()
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
+                  "--no-deps", "--upgrade", "--target", str(site), *files],
+                 check=True)
+  path = os.environ.get("PYTHONPATH", "")
+  os.environ["PYTHONPATH"] = str(site) + (os.pathsep + path if path else "")
+  sys.path.insert(0, str(site))
+  job = json.loads((REPO / "requirements" / "device-job.json").read_text())
+  modules = ["jax", *job["modules"], "tunix_mcjax.bench.device_job",
+             "tunix_mcjax.recipes.grpo_job"]
   probe = subprocess.run(
-      [sys.executable, "-c", "import tunix, flax, optax, tunix_mcjax"],
-      capture_output=True, text=True, check=False, cwd="/")
-  if probe.returncode:
+      [sys.executable, "-c", _PROBE, *modules], capture_output=True,
+      text=True, cwd=REPO, check=False)
+  if probe.returncode != 0:
     sys.exit("bench_device: after installing the wheels, an import fails:\n"
-             + probe.stderr.strip().splitlines()[-1]
-             + "\nAdd that package's wheel (pip wheel --no-deps"
-             " NAME==VERSION from requirements/main.lock) to wheels/.")
+             + probe.stderr.strip()[-2000:]
+             + "\nCarry that distribution's wheel too (scripts/"
+             "device_wheels.py --also NAME), or record the job's imports"
+             " again (--record).")
+  print(f"[bench_device] installed {len(files)} wheels into {site} and"
+        f" imported {len(modules)} modules in"
+        f" {time.perf_counter() - t0:.0f} s: {probe.stdout.strip()}",
+        flush=True)
+
+
+# Imports each module named on the command line; the first failure names it.
+_PROBE = """
+import importlib, sys
+for name in sys.argv[1:]:
+  try:
+    importlib.import_module(name)
+  except Exception as e:
+    sys.exit(f"import {name}: {type(e).__name__}: {e}")
+import jax
+print(f"jax {jax.__version__}")
+"""
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default="runs/bench-device")
-  parser.add_argument("--wheels", default=str(REPO / "wheels"))
+  parser.add_argument("--wheels", default=None,
+                      help="default wheels/ (--smoke: install nothing unless"
+                           " given)")
+  parser.add_argument("--site", default="/tmp/tunix_mcjax_site",
+                      help="where the wheels are installed (put first on"
+                           " the path)")
   parser.add_argument("--smoke", action="store_true",
                       help="small CPU run (tiny model, 1 scored step)")
   parser.add_argument("--no-install", action="store_true",
                       help="use the installed packages as they are")
   args = parser.parse_args()
   t0 = time.perf_counter()
-  if not (args.no_install or args.smoke):
-    install(pathlib.Path(args.wheels))
+  wheels = args.wheels or (None if args.smoke else str(REPO / "wheels"))
+  if wheels and not args.no_install:
+    install(pathlib.Path(wheels), pathlib.Path(args.site))
   sys.path.insert(0, str(REPO))
   # pylint: disable=g-import-not-at-top
   from tunix_mcjax.bench import arms as arms_lib
