@@ -184,6 +184,12 @@ _TRACE_DIR = flags.DEFINE_string(
     "trace_dir", _DEFAULTS.trace_dir,
     "Where profiler traces go (one folder per host)."
 )
+_TRANSFER_GUARD = flags.DEFINE_enum(
+    "transfer_guard", _DEFAULTS.transfer_guard, ["allow", "log", "disallow"],
+    "mcjax: JAX's transfer guard over the backend's calls of every step"
+    " after the first; 'disallow' raises on an implicit host<->device"
+    " transfer (docs/design.md lists the deliberate ones).",
+)
 _REWARD_WORKERS = flags.DEFINE_integer(
     "reward_workers", _DEFAULTS.reward_workers,
     "Score the reward functions in a per-host pool of this many worker"
@@ -349,6 +355,7 @@ def _config() -> grpo_job.GrpoJobConfig:
       lora_modules=_LORA_MODULES.value,
       mesh=_MESH.value,
       reward_workers=_REWARD_WORKERS.value,
+      transfer_guard=_TRANSFER_GUARD.value,
       skip_long_prompts=_SKIP_LONG_PROMPTS.value,
       checkpoint_dir=_CHECKPOINT_DIR.value,
       checkpoint_every=_CHECKPOINT_EVERY.value,

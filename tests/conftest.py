@@ -107,8 +107,11 @@ def equivalence_runs(shared_runs):
   return {
       "tunix": shared_runs.example(
           *flags, "--backend=tunix", "--num_hosts=2", "--devices_per_host=2"),
+      # Under the transfer guard: step 2 of the backend makes no implicit
+      # host-to-device transfer (tunix_mcjax/transfers.py), evaluation on.
       "mcjax2": shared_runs.example(
-          *flags, "--backend=mcjax", "--num_hosts=2", "--devices_per_host=2"),
+          *flags, "--backend=mcjax", "--num_hosts=2", "--devices_per_host=2",
+          "--transfer_guard=disallow"),
       "mcjax1": shared_runs.example(
           *flags, "--backend=mcjax", "--num_hosts=1", "--devices_per_host=4"),
   }
@@ -130,11 +133,12 @@ def three_host_runs(shared_runs):
   mcjax on 3 hosts x 2 devices (hsdp, chosen by --mesh=auto): the 3-host
   LoRA test (tests/test_lora.py), the hsdp test (tests/test_hsdp.py) and
   the gradient accumulation test (tests/test_equivalence_variants.py).
+  mcjax runs under the transfer guard (LoRA, accumulation, hsdp).
   """
   return _stock_and_mcjax(
       shared_runs, _flags("THREE_HOST_FLAGS"),
       ("--num_hosts=1", "--devices_per_host=2"),
-      ("--num_hosts=3", "--devices_per_host=2"))
+      ("--num_hosts=3", "--devices_per_host=2", "--transfer_guard=disallow"))
 
 
 @pytest.fixture(scope="session")

@@ -69,11 +69,29 @@ from tunix_mcjax import runtime
 from tunix_mcjax import support
 from tunix_mcjax import telemetry
 from tunix_mcjax.telemetry import learner_metrics
+from tunix_mcjax import transfers
 from tunix_mcjax import tree_paths
 from tunix_mcjax.registry import ENGINES
 
 Role = compat.Role
 Mode = compat.Mode
+
+
+def _device_rows_to_global(x: jax.Array, sharding: NamedSharding,
+                           num_hosts: int) -> jax.Array:
+  """This host's rows, already on a device, as the global array: each of
+  this host's shards is copied device to device (no host round trip)."""
+  global_shape = (x.shape[0] * num_hosts, *x.shape[1:])
+  index_map = sharding.addressable_devices_indices_map(global_shape)
+  start = min(idx[0].start or 0 for idx in index_map.values())
+  pieces = []
+  for device, idx in index_map.items():
+    lo = (idx[0].start or 0) - start
+    hi = (global_shape[0] if idx[0].stop is None else idx[0].stop) - start
+    pieces.append(jax.device_put(
+        jax.lax.slice_in_dim(x, lo, hi, axis=0), device))
+  return jax.make_array_from_single_device_arrays(global_shape, sharding,
+                                                  pieces)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,6 +121,8 @@ class McJaxOptions:
       before a checkpoint is restored (`checkpointing`).
     packing_timeout_s: with sequence packing, how long a host waits for the
       others' packed-row counts (K) before it stops with an error.
+    transfer_guard: JAX's transfer guard over the backend's calls of every
+      step after the first ("allow", "log", "disallow"; `transfers`).
   """
 
   engine: str | None = None
@@ -117,8 +137,10 @@ class McJaxOptions:
   engine_model: engine_base.EngineModelSpec | None = None
   checkpoint_fingerprint: Mapping[str, Any] | None = None
   packing_timeout_s: float = packing.DEFAULT_AGREEMENT_TIMEOUT_S
+  transfer_guard: str = "allow"
 
   def __post_init__(self):
+    transfers.check_level(self.transfer_guard)
     if not self.packing_timeout_s > 0:
       raise ValueError(
           f"packing_timeout_s must be > 0 seconds, got"
@@ -325,6 +347,9 @@ class McJaxRLCluster(compat.RLCluster):
           " parameter."
       )
     self.checkpoints.attach(self.actor_trainer, lambda: self.global_steps)
+    if self.options.transfer_guard != "allow":
+      compat.scope_trainer_eval(
+          self.actor_trainer, lambda: transfers.deliberate("tunix_eval"))
     if self.actor_trainer.train_steps:
       self.global_steps = self.checkpoints.resume(
           self.actor_trainer, self._publish_restored)
@@ -540,7 +565,9 @@ class McJaxRLCluster(compat.RLCluster):
           f" {per_host} data-parallel devices; choose batch sizes (prompts x"
           " num_generations per host and per micro-batch) that divide."
       )
-    with jax.transfer_guard("allow"):
+    if isinstance(x, jax.Array):
+      return _device_rows_to_global(x, sharding, self.num_hosts)
+    with transfers.deliberate("host_rows"):
       return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
   @staticmethod
@@ -566,7 +593,7 @@ class McJaxRLCluster(compat.RLCluster):
         self._row_ids.evaluating() if mode == Mode.EVAL
         else self.step_clock.phase("generate")
     )
-    with scope:
+    with scope, self._guarded():
       out = super().generate(
           prompts,
           apply_chat_template=apply_chat_template,
@@ -595,7 +622,8 @@ class McJaxRLCluster(compat.RLCluster):
     outs = []
     with self.step_clock.phase(
         "logps", cross_host="logps"
-    ), self._get_mesh_and_logical_axis_rules_cm(Role.REFERENCE):
+    ), self._get_mesh_and_logical_axis_rules_cm(Role.REFERENCE), (
+        self._guarded()):
       for sl in rl_utils.chunk_slices_by_size(
           stop=n, step=micro_batch_size or n
       ):
@@ -612,7 +640,7 @@ class McJaxRLCluster(compat.RLCluster):
   def get_old_per_token_logps(self, prompt_tokens, completion_tokens,
                               micro_batch_size=None):
     # The local engine holds the policy that sampled; rows stay local.
-    with self.step_clock.phase("logps"):
+    with self.step_clock.phase("logps"), self._guarded():
       return super().get_old_per_token_logps(
           prompt_tokens, completion_tokens, micro_batch_size=micro_batch_size
       )
@@ -636,7 +664,7 @@ class McJaxRLCluster(compat.RLCluster):
     to_global = lambda batch: [jax.tree.map(self._to_global, e) for e in batch]
     # This host's rows, before packing (the padded-token share unpacked).
     self.step_clock.add_train_batch(train_ds)
-    with self.step_clock.phase("train", cross_host="train"):
+    with self.step_clock.phase("train", cross_host="train"), self._guarded():
       super().update_actor(
           to_global(train_ds),
           to_global(eval_ds) if eval_ds else eval_ds,
@@ -651,7 +679,8 @@ class McJaxRLCluster(compat.RLCluster):
 
   def sync_weights(self):
     """Publishes the trainer's weights into every host's engine."""
-    with self.step_clock.phase("publish", cross_host="publish"):
+    with self.step_clock.phase("publish", cross_host="publish"), (
+        self._guarded()):
       guard = contextlib.ExitStack()
       if jax.default_backend() == "cpu":
         # As in stock Tunix: publication must not round-trip through the host.
@@ -677,7 +706,14 @@ class McJaxRLCluster(compat.RLCluster):
     self.step_clock.overhead["gc"] += self.gc_policy.after_step(
         self.global_steps
     )
-    self._end_step()
+    with self._guarded(self.global_steps - 1):
+      self._end_step()
+
+  def _guarded(self, finished_steps: int | None = None):
+    """`--transfer_guard` over a backend call after the first step."""
+    return transfers.step_scope(
+        self.options.transfer_guard,
+        self.global_steps if finished_steps is None else finished_steps)
 
   def _update_one_param(self, index: int, value: jax.Array) -> None:
     """One engine update call carrying one parameter (O4 baseline)."""
@@ -720,7 +756,8 @@ class McJaxRLCluster(compat.RLCluster):
     # where Tunix logs a buffer at the same point on every host). Waiting for
     # it and Tunix's own logging go through the exporter: on its thread under
     # O1, inline (as stock) otherwise.
-    pending = self._learner_metrics.dispatch(metrics_buffer)
+    with self._guarded():
+      pending = self._learner_metrics.dispatch(metrics_buffer)
     log = super()._log_metrics
     self.exporter.submit(
         lambda: log(self._learner_metrics.finish(pending))

@@ -68,6 +68,16 @@ def test_o_switch_flags_reach_the_cluster_options(
   assert mcjax.engine == "native"
 
 
+def test_transfer_guard_flag_reaches_the_cluster_options(
+    cli, pipeline, parsed_flags):
+  parsed_flags("--backend=mcjax", "--transfer_guard=disallow")
+  mcjax = pipeline(options=cli.options_from_flags()).mcjax_options()
+  assert mcjax.transfer_guard == "disallow"
+  parsed_flags("--backend=tunix", "--transfer_guard=log")
+  with pytest.raises(cli.ConfigError, match="--transfer_guard applies to"):
+    cli.options_from_flags()
+
+
 def test_mcjax_flags_are_refused_with_the_tunix_backend(cli, parsed_flags):
   parsed_flags("--backend=tunix", "--profile=optimized", "--engine=vllm")
   with pytest.raises(cli.ConfigError,

@@ -72,6 +72,14 @@ METRICS_OUT = flags.DEFINE_string(
     "Append one JSON object per GRPO step (step, reward_mean, loss, ...) to"
     " this file (host 0 writes).",
 )
+TRANSFER_GUARD = flags.DEFINE_enum(
+    "transfer_guard",
+    "allow",
+    ["allow", "log", "disallow"],
+    "mcjax only: JAX's transfer guard over the backend's calls of every step"
+    " after the first; 'disallow' raises on an implicit host<->device"
+    " transfer (docs/design.md lists the deliberate ones).",
+)
 REWARD_WORKERS = flags.DEFINE_integer(
     "reward_workers",
     0,
@@ -215,4 +223,5 @@ def options_from_flags() -> CliOptions:
       max_staleness=MAX_STALENESS.value,
       is_cap=IS_CAP.value,
       params_out=PARAMS_OUT.value,
+      transfer_guard=TRANSFER_GUARD.value,
   )

@@ -447,6 +447,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         metrics_out=self.options.metrics_out,
         engine=self.options.engine,
         optimizations=self.options.optimizations(),
+        transfer_guard=self.options.transfer_guard,
     )
 
   def _post_init_dataset(self, real_post_init, dataset, tokenizer, **kwargs):

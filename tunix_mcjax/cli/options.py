@@ -69,6 +69,8 @@ class CliOptions:
     max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s.
     params_out: after training, host 0 writes the actor's final parameters
       to this .npz file (any backend; for comparing backends).
+    transfer_guard: mcjax only: JAX's transfer guard over the backend's
+      calls after the first step (`tunix_mcjax.transfers`).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -88,8 +90,19 @@ class CliOptions:
   max_staleness: int = 1
   is_cap: float = 2.0
   params_out: str | None = None
+  transfer_guard: str = "allow"
 
   def __post_init__(self):
+    from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
+
+    try:
+      transfers.check_level(self.transfer_guard)
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
+    if self.transfer_guard != "allow" and self.backend != "mcjax":
+      raise ConfigError(
+          f"--transfer_guard applies to --backend=mcjax only, not"
+          f" --backend={self.backend}.")
     if self.reward_workers < 0:
       raise ConfigError(
           f"--reward_workers={self.reward_workers} must be >= 0 (0:"

@@ -50,6 +50,7 @@ from tunix_mcjax.compat.rl_cluster import REQUIRED_CLUSTER_MEMBERS
 from tunix_mcjax.compat.rl_cluster import RLCluster
 from tunix_mcjax.compat.rl_cluster import RLTrainingConfig
 from tunix_mcjax.compat.rl_cluster import Role
+from tunix_mcjax.compat.rl_cluster import scope_trainer_eval
 from tunix_mcjax.compat.rl_cluster import tunix_is_sharing_weights
 from tunix_mcjax.compat.sampler import HookedSampler
 from tunix_mcjax.compat.sampler import SamplingState
@@ -73,6 +74,7 @@ __all__ = [
     "last_train_metrics",
     "metrics_logger",
     "put_on_memory_kind",
+    "scope_trainer_eval",
     "torch_from_jax",
     "tunix_is_sharing_weights",
 ]

@@ -196,6 +196,18 @@ def install_fixes() -> FixesHandle:
   return FixesHandle()
 
 
+def scope_trainer_eval(trainer: Any, scope: Any) -> None:
+  """Runs `trainer`'s evaluation pass (PeftTrainer's `_run_eval`, called
+  inside its `train`) within `scope()`, on this trainer only."""
+  run_eval = trainer._run_eval  # pylint: disable=protected-access
+
+  def scoped(*args, **kwargs):
+    with scope():
+      return run_eval(*args, **kwargs)
+
+  trainer._run_eval = scoped  # pylint: disable=protected-access
+
+
 def metrics_logger(cluster: Any) -> Any:
   return cluster._rl_metrics_logger  # pylint: disable=protected-access
 

@@ -183,6 +183,14 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         why="the previous step's buffer, where the latest losses are once"
         " Tunix has moved on.",
     ),
+    TouchPoint(
+        module="tunix.sft.peft_trainer", attr="PeftTrainer._run_eval",
+        kind="source", needle="eval_loss",
+        wrapper="compat.scope_trainer_eval",
+        why="the evaluation pass inside train(), run outside the transfer"
+        " guard (it sums losses from a Python 0). Upstream: start the sum"
+        " from a device zero.",
+    ),
     # --- sequence packing (max_seq_token_per_tpu), while a cluster lives ----
     TouchPoint(
         module="tunix.rl.common", attr="process_ids",

@@ -47,6 +47,7 @@ from tunix.rl.rollout import base_rollout
 from tunix.sft import utils as sft_utils
 
 from tunix_mcjax import compat
+from tunix_mcjax import transfers
 from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import base
 
@@ -459,20 +460,23 @@ class NativeEngine(base.Engine):
     ids = np.concatenate([ids, np.repeat(ids[-1:], num_pad, axis=0)])
 
     with base.use_mesh(self._engine_mesh):
-      keys = self._row_keys_fn(jax.random.PRNGKey(self._seed), ids)
-      out = self._sampler(
-          input_strings=prompts,
-          max_generation_steps=rollout_config.max_tokens_to_generate,
-          max_prompt_length=rollout_config.max_prompt_length,
-          echo=False,
-          temperature=rollout_config.temperature,
-          top_p=rollout_config.top_p,
-          top_k=rollout_config.top_k,
-          seed=keys,
-          pad_output=False,
-          eos_tokens=rollout_config.eos_tokens,
-          return_logprobs=rollout_config.return_logprobs,
-      )
+      with transfers.deliberate("row_ids"):
+        keys = self._row_keys_fn(jax.random.PRNGKey(self._seed),
+                                 jax.device_put(ids))
+      with transfers.deliberate("prompts"):
+        out = self._sampler(
+            input_strings=prompts,
+            max_generation_steps=rollout_config.max_tokens_to_generate,
+            max_prompt_length=rollout_config.max_prompt_length,
+            echo=False,
+            temperature=rollout_config.temperature,
+            top_p=rollout_config.top_p,
+            top_k=rollout_config.top_k,
+            seed=keys,
+            pad_output=False,
+            eos_tokens=rollout_config.eos_tokens,
+            return_logprobs=rollout_config.return_logprobs,
+        )
     return base_rollout.RolloutOutput(
         text=out.text[:num_rows],
         logits=out.logits[:num_rows],

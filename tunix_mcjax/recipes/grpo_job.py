@@ -395,6 +395,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             trace_dir=cfg.trace_dir,
             engine_model=engine_model,
             checkpoint_fingerprint=cfg.checkpoint_fingerprint(),
+            transfer_guard=cfg.transfer_guard,
         ),
         **da,
         **common,

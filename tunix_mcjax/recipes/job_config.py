@@ -112,6 +112,10 @@ class GrpoJobConfig:
   # Reward functions scored in a per-host pool of this many worker processes
   # (tunix_mcjax.rewards_pool); 0: in-process, one after the other (Tunix).
   reward_workers: int = 0
+  # JAX's transfer guard over the backend's calls after the first step
+  # (tunix_mcjax.transfers.GUARD_LEVELS; mcjax): "disallow" raises on an
+  # implicit host<->device transfer there.
+  transfer_guard: str = "allow"
   # Prompts longer than max_prompt_length: an error naming the row (False),
   # or dropped from the global dataset before dealing, with a count (True).
   skip_long_prompts: bool = False
@@ -134,6 +138,13 @@ class GrpoJobConfig:
   is_cap: float = 2.0
 
   def __post_init__(self):
+    from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
+
+    transfers.check_level(self.transfer_guard)
+    if self.transfer_guard != "allow" and self.backend != "mcjax":
+      raise ValueError(
+          f"--transfer_guard={self.transfer_guard} guards the mcjax"
+          f" backend's calls; --backend={self.backend} does not take it.")
     if self.backend not in BACKENDS:
       raise ValueError(
           f"backend must be one of {BACKENDS}, got {self.backend!r}."

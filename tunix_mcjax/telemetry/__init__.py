@@ -51,6 +51,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
 from tunix_mcjax import host_optimizations
+from tunix_mcjax import transfers
 from tunix_mcjax.compat import metric_keys
 
 # The record schema lives in `records`; re-exported as `telemetry.<name>`.
@@ -385,7 +386,7 @@ class HostGather:
     rows = np.ascontiguousarray(
         np.broadcast_to(row, (self._local_mesh.size, row.size))
     )
-    with jax.transfer_guard("allow"):
+    with transfers.deliberate("step_record"):
       return self._fn(jax.make_array_from_process_local_data(self._sharding,
                                                              rows))
 
