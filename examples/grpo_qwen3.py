@@ -141,6 +141,11 @@ _MODEL = flags.DEFINE_string(
     "model", _DEFAULTS.model,
     "'tiny' or a local Hugging Face Qwen3 checkpoint dir."
 )
+_PARAM_DTYPE = flags.DEFINE_enum(
+    "param_dtype", _DEFAULTS.dtype, ["float32", "bfloat16"],
+    "Parameters and activations (optimizer moments follow the parameters, as"
+    " in Tunix); real checkpoints and accelerators use bfloat16.",
+)
 _DATASET = flags.DEFINE_string(
     "dataset", _DEFAULTS.dataset, "'toy' or 'gsm8k:PATH' (a GSM8K jsonl file)."
 )
@@ -333,6 +338,7 @@ def _config() -> grpo_job.GrpoJobConfig:
       beta=_BETA.value,
       temperature=_TEMPERATURE.value,
       model=_MODEL.value,
+      dtype=_PARAM_DTYPE.value,
       dataset=_DATASET.value,
       metrics_out=_METRICS_OUT.value,
       dump_dir=_DUMP_DIR.value,

@@ -113,20 +113,23 @@ def assert_same_rollouts_and_rewards(ref_dir: pathlib.Path,
 
 
 def assert_same_losses_and_parameters(ref_dir: pathlib.Path,
-                                      got_dir: pathlib.Path) -> set[str]:
-  """Losses, rewards and final parameters agree (1e-6); returns the names."""
+                                      got_dir: pathlib.Path, *,
+                                      rtol: float = 1e-6,
+                                      atol: float = 1e-6) -> set[str]:
+  """Losses, rewards and final parameters agree (default 1e-6, the fp32
+  tolerance); returns the names."""
   ref = json.loads((ref_dir / "records.json").read_text())
   got = json.loads((got_dir / "records.json").read_text())
   assert [r["step"] for r in got] == [1, 2]
   np.testing.assert_allclose([r["loss"] for r in got],
-                             [r["loss"] for r in ref], rtol=1e-6, atol=1e-6)
+                             [r["loss"] for r in ref], rtol=rtol, atol=atol)
   np.testing.assert_allclose([r["reward_mean"] for r in got],
                              [r["reward_mean"] for r in ref], rtol=1e-6)
   pa = np.load(ref_dir / "params.npz")
   pb = np.load(got_dir / "params.npz")
   assert sorted(pa.files) == sorted(pb.files)
   for k in pa.files:
-    np.testing.assert_allclose(pb[k], pa[k], atol=1e-6, rtol=1e-6, err_msg=k)
+    np.testing.assert_allclose(pb[k], pa[k], atol=atol, rtol=rtol, err_msg=k)
   return set(pa.files)
 
 

@@ -141,6 +141,13 @@ def _hsdp_sharding(shd: Any) -> Any:
   )
 
 
+def _npz_floats(arrays: dict[str, Any]) -> dict[str, Any]:
+  """bfloat16 arrays as float32 (exact) for .npz files, which store
+  ml_dtypes' types as opaque bytes."""
+  return {k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "V"
+          else v for k, v in arrays.items()}
+
+
 def _build_models(cfg: GrpoJobConfig, mesh):
   """Actor, reference (or None) and tokenizer, sharded on `mesh`."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -160,6 +167,9 @@ def _build_models(cfg: GrpoJobConfig, mesh):
     if "data" in mesh.axis_names:
       overrides["shd_config"] = _hsdp_sharding(
           models.tiny_qwen3_config().shd_config)
+    if dtype != jnp.float32:
+      overrides.setdefault("dtype", dtype)
+      overrides.setdefault("param_dtype", dtype)
     model_cfg = models.tiny_qwen3_config(**overrides)
     make = lambda: models.create_tiny_model(model_cfg, seed=cfg.seed, mesh=mesh)
     actor, tokenizer = make(), _tokenizer(cfg)
@@ -525,10 +535,11 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       # check it has the trained adapters and the untouched base (under
       # mcjax_da the engines live on the rollout hosts).
       np.savez(os.path.join(cfg.dump_dir, f"engine_params_host{host}.npz"),
-               **_engine_params(cluster.rollout.model()))
+               **_npz_floats(_engine_params(cluster.rollout.model())))
     if host == 0:
-      np.savez(os.path.join(cfg.dump_dir, "params.npz"), **params)
-      np.savez(os.path.join(cfg.dump_dir, "params_init.npz"), **init_params)
+      np.savez(os.path.join(cfg.dump_dir, "params.npz"), **_npz_floats(params))
+      np.savez(os.path.join(cfg.dump_dir, "params_init.npz"),
+               **_npz_floats(init_params))
       with open(os.path.join(cfg.dump_dir, "records.json"), "w") as f:
         json.dump(records, f)
   return summary
