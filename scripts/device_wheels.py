@@ -188,14 +188,23 @@ def download(dest: pathlib.Path, also: list[str]) -> int:
       print(f"  the image's own: {wheel.name}")
       wheel.unlink()
   with tempfile.TemporaryDirectory() as tmp:
+    # From a copy: setuptools leaves a build/ folder beside the sources,
+    # which in the repository would shadow the `build` package.
+    src = pathlib.Path(tmp) / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+      shutil.copy(REPO / name, src)
+    shutil.copytree(REPO / "tunix_mcjax", src / "tunix_mcjax",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", tmp, str(REPO)], check=True)
+                    "--no-build-isolation", "-w", tmp, str(src)], check=True)
     for wheel in pathlib.Path(tmp).glob("tunix_mcjax-*.whl"):
       shutil.copy(wheel, dest)
   total = sum(f.stat().st_size for f in dest.glob("*.whl"))
   for f in sorted(dest.glob("*.whl")):
     print(f"  {f.stat().st_size / 2**20:7.2f} MiB  {f.name}")
-  print(f"[device_wheels] {len(need)} wheels + tunix_mcjax in {dest}:"
+  count = len(list(dest.glob("*.whl")))
+  print(f"[device_wheels] {count} wheels (tunix_mcjax's included) in {dest}:"
         f" {total / 2**20:.1f} MiB (budget {BUDGET_BYTES / 2**20:.0f} MiB)")
   if total > BUDGET_BYTES:
     sys.exit("device_wheels: the wheels do not fit one device call; carry"
