@@ -80,7 +80,13 @@ Mode = compat.Mode
 def _device_rows_to_global(x: jax.Array, sharding: NamedSharding,
                            num_hosts: int) -> jax.Array:
   """This host's rows, already on a device, as the global array: each of
-  this host's shards is copied device to device (no host round trip)."""
+  this host's shards is copied device to device (no host round trip).
+
+  Not `jax.make_array_from_process_local_data(sharding, x)`: for a jax.Array
+  it indexes `x` with slice objects, whose bounds go to the device as
+  scalars (an implicit transfer the guard refuses); `lax.slice_in_dim`
+  keeps them static.
+  """
   global_shape = (x.shape[0] * num_hosts, *x.shape[1:])
   index_map = sharding.addressable_devices_indices_map(global_shape)
   start = min(idx[0].start or 0 for idx in index_map.values())

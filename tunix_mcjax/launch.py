@@ -395,7 +395,7 @@ def launch(
           coordinator=coordinator,
           num_hosts=num_hosts,
           host_id=index,
-          devices_per_host=devices_per_host,
+          devices_per_host=None,
           plan=plan,
       )
       for index in range(num_hosts)

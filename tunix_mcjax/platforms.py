@@ -112,8 +112,7 @@ def detect_machine(environ: Mapping[str, str] | None = None, *,
 
   def count(*patterns: str) -> int:
     for pattern in patterns:
-      found = [p for p in glob.glob(os.path.join(root, pattern))
-               if re.search(r"\d+$", p) or "gpus" in pattern]
+      found = glob.glob(os.path.join(root, pattern))
       if found:
         return len(found)
     return 0

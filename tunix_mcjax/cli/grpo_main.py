@@ -596,8 +596,8 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
     # Accelerators named in the bundle are a host's devices too.
     per_host = cli_flags.DEVICES_PER_HOST.value
     if per_host is None:
-      per_host = next((int(placement.bundle[n]) for n in ("GPU", "TPU")
-                       if placement.bundle.get(n)), None)
+      per_host = next((int(a) for a in placement.accelerators().values()),
+                      None)
     plan = disaggregated.plan(pipeline, devices_per_host=per_host)
     devices = launcher.host_devices(
         placement, hosts=plan.options.trainer_hosts + plan.options.rollout_hosts,

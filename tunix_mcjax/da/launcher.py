@@ -91,6 +91,8 @@ def _host_env(devices: int | None) -> dict[str, str]:
 _STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
 # Bundle keys that Ray's actor options take as arguments of their own.
 _NAMED_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+# Bundle resources that are a host's accelerators (its JAX devices).
+_ACCELERATORS = ("GPU", "TPU")
 # How long an existing cluster gets to confirm the job's actors are dead.
 _KILL_WAIT_S = 30.0
 
@@ -138,6 +140,10 @@ class Placement:
     """CPUs a local head offers: every host's bundle."""
     return max(1, math.ceil(self.bundle.get("CPU", 0) * hosts))
 
+  def accelerators(self) -> dict[str, float]:
+    """The bundle's accelerators ({"GPU": 1}); empty for CPU-only hosts."""
+    return {n: self.bundle[n] for n in _ACCELERATORS if self.bundle.get(n)}
+
   def actor_resources(self) -> dict[str, Any]:
     """Ray actor options that take exactly one bundle."""
     out: dict[str, Any] = {"num_cpus": 0}
@@ -180,9 +186,6 @@ def parse_bundle(items: list[str] | tuple[str, ...]) -> dict[str, float]:
   return bundle
 
 
-_ACCELERATORS = ("GPU", "TPU")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HostDevices:
   """What each host of a disaggregated job runs on.
@@ -203,7 +206,7 @@ class HostDevices:
   def describe(self) -> str:
     if self.simulated:
       return f"{self.devices_per_host} CPU devices each ({self.reason})"
-    name = next(n for n in _ACCELERATORS if self.placement.bundle.get(n))
+    name = next(iter(self.placement.accelerators()))
     unit = "GPU" if name == "GPU" else "TPU chip"
     n = self.devices_per_host
     return f"{n} {unit}{'s' * (n != 1)} each ({self.reason})"
@@ -241,7 +244,7 @@ def host_devices(
     needed_per_host: the devices each host must have (the CLI's, from the
       meshes); None: whatever the bundle or an even split gives.
   """
-  named = [n for n in _ACCELERATORS if placement.bundle.get(n)]
+  named = list(placement.accelerators())
   if len(named) > 1:
     raise ValueError(f"--ray_bundle names both GPU and TPU"
                      f" ({dict(placement.bundle)}): give a host one kind.")
