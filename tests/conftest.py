@@ -59,6 +59,7 @@ _CACHE_DIR = os.environ.get(
     str(launch_utils.REPO_ROOT / ".cache" / "test-compilation-cache"))
 if _CACHE_DIR != "off":
   compilation_cache.configure(_CACHE_DIR, program="tests/conftest.py")
+  suite_stats.share_cpu_cache()
 
 # Compile statistics per test and per process, when TUNIX_MCJAX_TEST_STATS_DIR
 # is set (`make test` sets it; scripts/test_timings.py reads them).

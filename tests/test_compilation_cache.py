@@ -31,6 +31,7 @@ from tunix_mcjax import compilation_cache
 
 import example_runs
 import launch_utils
+import suite_stats
 
 # A program run twice in fresh interpreters: prints whether the cache is on,
 # the result and the persistent-cache hits JAX reported.
@@ -121,10 +122,9 @@ def test_a_corrupted_cache_is_a_warning_naming_it(tmp_path):
   assert f"compilation cache directory {cache}" in stderr, stderr
 
 
-@pytest.mark.multihost
-def test_multi_process_programs_hit_on_process_0_only(tmp_path):
-  cache = tmp_path / "cache"
-  env = compilation_cache.environment(str(cache))
+def _two_host_probe_runs(cache, share: bool):
+  env = {**compilation_cache.environment(str(cache)),
+         suite_stats.SHARE_CPU_CACHE_ENV: "1" if share else "0"}
   probe = launch_utils.REPO_ROOT / "tests" / "support" / "cache_probe.py"
   runs = []
   for _ in range(2):
@@ -139,6 +139,12 @@ def test_multi_process_programs_hit_on_process_0_only(tmp_path):
     assert warm[host]["total"] == cold[host]["total"] == 6.0
     assert warm[host]["local"] == cold[host]["local"] == [8.0] * 3
     assert cold[host]["global_hits"] == cold[host]["local_hits"] == 0
+  return warm
+
+
+@pytest.mark.multihost
+def test_multi_process_programs_hit_on_process_0_only(tmp_path):
+  warm = _two_host_probe_runs(tmp_path / "cache", share=False)
   # Host 0 (process 0, the only one JAX writes entries from) gets both its
   # programs back, the one over both hosts' devices too.
   assert warm[0]["global_hits"] == warm[0]["local_hits"] == 1, warm
@@ -147,6 +153,17 @@ def test_multi_process_programs_hit_on_process_0_only(tmp_path):
   # TPU and GPU the topology is the job's, and every host reads process
   # 0's entries): docs/testing.md.
   assert warm[1]["global_hits"] == warm[1]["local_hits"] == 0, warm
+
+
+@pytest.mark.multihost
+def test_the_suites_cache_serves_every_simulated_host(tmp_path):
+  # tests/support/sitehook/_tunix_mcjax_cache_hook.py, on in every suite
+  # process while the suite's cache is: host 1 reads the global program
+  # host 0 wrote and writes and reads its own host-local one, with the
+  # same results as compiled (checked in the helper).
+  warm = _two_host_probe_runs(tmp_path / "cache", share=True)
+  for host in (0, 1):
+    assert warm[host]["global_hits"] == warm[host]["local_hits"] == 1, warm
 
 
 @pytest.mark.multihost

@@ -42,28 +42,49 @@ import types
 SITEHOOK_DIR = pathlib.Path(__file__).resolve().parent / "sitehook"
 STATS_DIR_ENV = "TUNIX_MCJAX_TEST_STATS_DIR"
 TEST_ID_ENV = "TUNIX_MCJAX_TEST_ID"
+SHARE_CPU_CACHE_ENV = "TUNIX_MCJAX_TEST_SHARE_CPU_CACHE"
 _MODULE_NAME = "_tunix_mcjax_stats_hook"
+_CACHE_MODULE_NAME = "_tunix_mcjax_cache_hook"
 
 _hook: types.ModuleType | None = None
 
 
-def _load_hook() -> types.ModuleType:
-  """The sitehook's module: the one loaded at start-up, else from its file.
+def _load_hook(name: str = _MODULE_NAME) -> types.ModuleType:
+  """A sitehook module: the one loaded at start-up, else from its file.
 
   One copy per process, whichever way it came: two would count twice.
   """
-  if _MODULE_NAME in sys.modules:
-    return sys.modules[_MODULE_NAME]
+  if name in sys.modules:
+    return sys.modules[name]
+  if str(SITEHOOK_DIR) not in sys.path:
+    sys.path.append(str(SITEHOOK_DIR))  # the hooks import each other
   spec = importlib.util.spec_from_file_location(
-      _MODULE_NAME, SITEHOOK_DIR / f"{_MODULE_NAME}.py")
+      name, SITEHOOK_DIR / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
-  sys.modules[_MODULE_NAME] = module
+  sys.modules[name] = module
   try:
     spec.loader.exec_module(module)
   except BaseException:
-    del sys.modules[_MODULE_NAME]
+    del sys.modules[name]
     raise
   return module
+
+
+def share_cpu_cache() -> None:
+  """Every simulated host of every process the tests start reads and writes
+  the suite's compilation cache, and so does this one
+  (sitehook/_tunix_mcjax_cache_hook.py). TUNIX_MCJAX_TEST_SHARE_CPU_CACHE=0
+  leaves JAX's own rule (host 0 only)."""
+  if os.environ.get(SHARE_CPU_CACHE_ENV) == "0":
+    os.environ.pop(SHARE_CPU_CACHE_ENV)
+    return
+  os.environ[SHARE_CPU_CACHE_ENV] = "1"
+  _put_sitehook_on_pythonpath()
+  try:
+    _load_hook(_CACHE_MODULE_NAME).start()
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    print(f"tests/support/suite_stats.py: warning: the pytest process does"
+          f" not share its compilation cache entries: {e!r}", file=sys.stderr)
 
 
 def _put_sitehook_on_pythonpath() -> None:

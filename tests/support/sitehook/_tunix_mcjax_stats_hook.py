@@ -16,7 +16,7 @@
 
 sitecustomize.py (next to this file) imports this module only when
 TUNIX_MCJAX_TEST_STATS_DIR is set. It then waits, without importing jax, for
-the process to import jax (a sys.meta_path finder), and from then on counts
+the process to import jax (_tunix_mcjax_jax_watch), and from then on counts
 `jax.monitoring` events: compiles, their trace, lowering and backend seconds,
 persistent compilation cache requests and hits.
 
@@ -47,6 +47,8 @@ exceptions.
 import os
 import sys
 import time
+
+import _tunix_mcjax_jax_watch
 
 STATS_DIR_ENV = "TUNIX_MCJAX_TEST_STATS_DIR"
 TEST_ID_ENV = "TUNIX_MCJAX_TEST_ID"
@@ -239,88 +241,18 @@ def enable(stats_dir: str) -> None:
     except OSError:
       pass
   _state.update(dir=stats_dir, role="pytest")
-  if "jax" in sys.modules:
-    install_listeners()
-  else:
-    _watch_jax_import()
+  _tunix_mcjax_jax_watch.after_jax_import(_on_jax_imported)
 
 
-class _HookedLoader:
-  """jax's own loader; calls install_listeners() once jax has executed."""
-
-  def __init__(self, spec, loader):
-    self._spec = spec
-    self._loader = loader
-
-  def create_module(self, spec):
-    return self._loader.create_module(spec)
-
-  def exec_module(self, module) -> None:
-    # Back to jax's real loader before its code runs: nothing should see us.
-    self._spec.loader = self._loader
-    try:
-      module.__loader__ = self._loader
-    except Exception:  # pylint: disable=broad-exception-caught
-      pass
-    start = time.perf_counter()
-    self._loader.exec_module(module)
-    try:
-      _state["jax_import_s"] = time.perf_counter() - start
-      _JaxImportWatcher.stop()
-      install_listeners()
-    except Exception:  # pylint: disable=broad-exception-caught
-      pass
-
-  def __getattr__(self, name):
-    return getattr(self._loader, name)
-
-
-class _JaxImportWatcher:
-  """A sys.meta_path finder that finds nothing but notices `import jax`."""
-
-  _busy = False
-
-  def find_spec(self, fullname, path=None, target=None):
-    if fullname != "jax" or _JaxImportWatcher._busy:
-      return None
-    try:
-      _JaxImportWatcher._busy = True
-      for finder in list(sys.meta_path):
-        find = getattr(finder, "find_spec", None)
-        if finder is self or find is None:
-          continue
-        spec = find(fullname, path, target)
-        if spec is not None:
-          break
-      else:
-        return None
-      if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-        return spec
-      spec.loader = _HookedLoader(spec, spec.loader)
-      return spec
-    except Exception:  # pylint: disable=broad-exception-caught
-      return None  # the import goes on through the other finders
-    finally:
-      _JaxImportWatcher._busy = False
-
-  @staticmethod
-  def stop() -> None:
-    # After jax's import, not during a finder loop over sys.meta_path.
-    sys.meta_path[:] = [f for f in sys.meta_path
-                        if not isinstance(f, _JaxImportWatcher)]
-
-
-def _watch_jax_import() -> None:
-  if not any(isinstance(f, _JaxImportWatcher) for f in sys.meta_path):
-    sys.meta_path.insert(0, _JaxImportWatcher())
+def _on_jax_imported(import_s) -> None:
+  if import_s is not None:
+    _state["jax_import_s"] = import_s
+  install_listeners()
 
 
 def start() -> None:
   """sitecustomize's entry point: watch for `import jax`; never raises."""
   try:
-    if "jax" in sys.modules:
-      install_listeners()
-    else:
-      _watch_jax_import()
+    _tunix_mcjax_jax_watch.after_jax_import(_on_jax_imported)
   except Exception:  # pylint: disable=broad-exception-caught
     pass

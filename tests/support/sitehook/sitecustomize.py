@@ -14,10 +14,13 @@
 
 """Start-up hook of every Python process the tests start (via PYTHONPATH).
 
-Does nothing unless TUNIX_MCJAX_TEST_STATS_DIR is set; then it loads
+Does nothing unless TUNIX_MCJAX_TEST_STATS_DIR or
+TUNIX_MCJAX_TEST_SHARE_CPU_CACHE is set (not 0). The first loads
 _tunix_mcjax_stats_hook (same folder), which records the process's JAX
-compile statistics for scripts/test_timings.py. Kept tiny on purpose: every
-process pays for it, and most (the launcher) never import jax.
+compile statistics for scripts/test_timings.py; the second
+_tunix_mcjax_cache_hook, which lets every simulated host read and write the
+suite's compilation cache. Kept tiny on purpose: every process pays for it,
+and most (the launcher) never import jax.
 """
 
 import os
@@ -58,6 +61,17 @@ def _chain_shadowed_sitecustomize() -> None:
     pass
 
 
+def _start_cache_sharing() -> None:
+  try:
+    import _tunix_mcjax_cache_hook  # pylint: disable=g-import-not-at-top
+
+    _tunix_mcjax_cache_hook.start()
+  except Exception:  # pylint: disable=broad-exception-caught
+    pass  # the cache is an optimization: never fail the process
+
+
 if os.environ.get("TUNIX_MCJAX_TEST_STATS_DIR"):
   _start_stats()
+if os.environ.get("TUNIX_MCJAX_TEST_SHARE_CPU_CACHE", "0") != "0":
+  _start_cache_sharing()
 _chain_shadowed_sitecustomize()

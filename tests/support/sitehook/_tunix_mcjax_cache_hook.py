@@ -1,0 +1,117 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The suite's compilation cache serves every simulated host, not only host 0.
+
+Test infrastructure only: loaded by sitecustomize.py (next to this file) when
+TUNIX_MCJAX_TEST_SHARE_CPU_CACHE is set, which tests/conftest.py does while
+the suite's cache is on. Two things of JAX 0.12 keep hosts 1..N-1 of a CPU
+job from ever reading the cache (docs/testing.md):
+- a CPU cache key holds the process's own topology fingerprint (its local
+  devices and process index), so host 1's key for the global program all
+  hosts share differs from host 0's; here a key over CPU devices holds the
+  program's device assignment (kind, id, process index) and this machine's
+  CPU instead, the same in every host, as JAX's keys are on GPU and TPU;
+- only process 0 writes entries; here every host also writes the programs
+  of its own devices (its engine's), which no other host writes.
+The executables are the ones XLA compiles anyway, so results do not change:
+every equivalence test compares numbers across runs that mix cached and
+compiled programs. Nothing here may fail the process: errors leave JAX as
+it was.
+"""
+
+import hashlib
+import os
+import platform
+import warnings
+
+ENV = "TUNIX_MCJAX_TEST_SHARE_CPU_CACHE"
+
+_installed = []
+
+
+def _machine_id() -> bytes:
+  """What XLA's CPU compiles depend on besides the program: the CPU."""
+  digest = hashlib.sha256(platform.machine().encode())
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+      for line in f:
+        if line.startswith(("model name", "flags")):
+          digest.update(line.encode())
+        elif not line.strip():
+          break  # the first processor's block is enough
+  except OSError:
+    pass
+  return digest.digest()
+
+
+def install(seconds=None) -> None:
+  """Patches JAX's key and write rule for CPU programs, once per process."""
+  del seconds
+  if _installed:
+    return
+  # pylint: disable=g-import-not-at-top
+  from jax._src import cache_key
+  from jax._src import compilation_cache
+  from jax._src import compiler
+  from jax._src import config
+  from jax._src import distributed
+  # pylint: enable=g-import-not-at-top
+
+  machine = _machine_id()
+  hash_accelerator_config = cache_key._hash_accelerator_config  # pylint: disable=protected-access
+  cache_write = compiler._cache_write  # pylint: disable=protected-access
+
+  def shared_hash(hash_obj, accelerators):
+    devices = list(accelerators.flat)
+    if not devices or any(d.platform != "cpu" for d in devices):
+      return hash_accelerator_config(hash_obj, accelerators)
+    hash_obj.update(machine)
+    for d in devices:
+      hash_obj.update(f"{d.device_kind}|{d.id}|{d.process_index};".encode())
+    return None
+
+  def write_own(key, compile_time_secs, module_name, backend, executable):
+    process = distributed.global_state.process_id
+    try:
+      own = process and all(d.process_index == process
+                            for d in executable.local_devices())
+    except Exception:  # pylint: disable=broad-exception-caught
+      own = False
+    if not own:
+      return cache_write(key, compile_time_secs, module_name, backend,
+                         executable)
+    if compile_time_secs < config.persistent_cache_min_compile_time_secs.value:
+      return None
+    try:
+      compilation_cache.put_executable_and_time(
+          key, module_name, executable, backend, int(compile_time_secs))
+    except Exception as ex:  # pylint: disable=broad-exception-caught
+      warnings.warn(f"Error writing persistent compilation cache entry for"
+                    f" '{module_name}': {type(ex).__name__}: {ex}")
+    return None
+
+  cache_key._hash_accelerator_config = shared_hash  # pylint: disable=protected-access
+  compiler._cache_write = write_own  # pylint: disable=protected-access
+  _installed.append(True)
+
+
+def start() -> None:
+  """sitecustomize's entry point; never raises."""
+  try:
+    import _tunix_mcjax_jax_watch  # pylint: disable=g-import-not-at-top
+
+    _tunix_mcjax_jax_watch.after_jax_import(install)
+  except Exception:  # pylint: disable=broad-exception-caught
+    pass
