@@ -36,6 +36,16 @@ _SCRIPT = textwrap.dedent("""
     from tunix_mcjax.recipes import models
 
     gm, lm = runtime.global_mesh(), runtime.local_mesh()
+    # The same devices in other orders: each host's block reversed (a
+    # topology order may differ from ids), and hosts interleaved.
+    by_host = [[d for d in gm.devices.flat if d.process_index == h]
+               for h in range(jax.process_count())]
+    reordered = jax.sharding.Mesh(np.array(
+        [d for block in by_host for d in reversed(block)]).reshape(-1, 1),
+        ("fsdp", "tp"))
+    interleaved = jax.sharding.Mesh(np.array(
+        [d for pair in zip(*by_host) for d in pair]).reshape(-1, 1),
+        ("fsdp", "tp"))
     actor = models.create_tiny_model(models.tiny_qwen3_config(), seed=0,
                                      mesh=gm)
 
@@ -57,6 +67,8 @@ _SCRIPT = textwrap.dedent("""
         "indivisible": dict(training={"mini_batch_size": 3}),
         "offload": dict(offload_to_cpu=True),
         "packing": dict(training={"max_seq_token_per_tpu": 0}),
+        "interleaved": dict(roles={r: interleaved for r in (
+            compat.Role.ACTOR, compat.Role.ROLLOUT, compat.Role.REFERENCE)}),
     }
     errors = {}
     for name, kw in cases.items():
@@ -90,11 +102,26 @@ _SCRIPT = textwrap.dedent("""
     rows = cluster._local_rows(g)
     patches["while_open"] = rl_utils.is_sharing_weights is stock_fn
     cluster.close()
+    # Accepted: every host's rows still land on its own block of the batch.
+    other = tunix_mcjax.create_rl_cluster(
+        "mcjax", actor=actor, tokenizer=models.ToyTokenizer(),
+        cluster_config=config(training={"mini_batch_size": 4},
+                              roles={r: reordered for r in (
+                                  compat.Role.ACTOR, compat.Role.ROLLOUT,
+                                  compat.Role.REFERENCE)}))
+    mine = np.arange(20, dtype=np.int32).reshape(4, 5) + 100 * jax.process_index()
+    g2 = other._to_global(mine)
+    reordered_ok = bool(
+        (other._local_rows(g2) == mine).all() and g2.shape == (8, 5)
+        and all((np.asarray(s.data) // 100 == jax.process_index()).all()
+                for s in g2.addressable_shards))
+    other.close()
     patches["after_close"] = rl_utils.is_sharing_weights is stock_fn
     print("RESULT " + json.dumps(dict(
         host=jax.process_index(), errors=errors, per_host=per_host,
         stock_is_sharing_weights=patches,
-        global_shape=list(g.shape), local_ok=bool(
+        global_shape=list(g.shape), reordered_ok=reordered_ok,
+        local_ok=bool(
             (rows == jax.process_index()).all() and rows.shape == (4, 5)),
     )), flush=True)
 """)
@@ -118,6 +145,18 @@ def test_global_batch_knobs_must_divide_over_hosts(two_host_results):
     assert "mini_batch_size=3" in rec["errors"]["indivisible"]
     assert "2 hosts" in rec["errors"]["indivisible"]
     assert rec["per_host"] == 2  # Global 4 over 2 hosts.
+
+
+@pytest.mark.multihost
+def test_mesh_orders_within_hosts_are_accepted_interleaved_hosts_refused(
+    two_host_results):
+  for rec in two_host_results.values():
+    # Each host's devices reversed inside its block (as a topology order may
+    # differ from ids): the cluster starts and each host's rows land in its
+    # block. Hosts alternating along the batch axis: refused with the fix.
+    assert rec["reordered_ok"]
+    assert "hosts run 0 x1, 1 x1, 0 x1, 1 x1" in rec["errors"]["interleaved"]
+    assert "runtime.global_mesh()" in rec["errors"]["interleaved"]
 
 
 @pytest.mark.multihost

@@ -25,9 +25,10 @@ It picks one of three start-ups:
   auto-detection fills in the coordinator, process count and id.
 * "single": none of the above; one process, no distributed service.
 
-The mesh helpers order devices host by host, so that a contiguous block of the
-first mesh axis belongs to one host: `host_mesh_view` relies on it to expose a
-leading "host" axis over the same devices.
+The mesh helpers order devices host by host (physical order within a host,
+`support.meshes.topology_order`), so that a contiguous block of the first mesh
+axis belongs to one host: `host_mesh_view` relies on it to expose a leading
+"host" axis over the same devices.
 
 Importing this module does not import jax (the launcher reads the
 environment contract below without starting JAX).
@@ -609,9 +610,11 @@ def _check_tp(tp: int, devices_per_host: int) -> None:
 
 
 def host_contiguous_devices() -> list[jax.Device]:
-  """All devices of all hosts, host by host, by id within a host."""
+  """All devices of all hosts, host by host (process order), in physical
+  order within a host (TPU coordinates; id order on CPU and GPU)."""
   import jax  # pylint: disable=g-import-not-at-top
-  return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
+  return meshes.topology_order(jax.devices())
 
 
 def global_mesh(
@@ -669,8 +672,9 @@ def local_mesh(
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
   names = _check_axis_names(axis_names, 3 if len(axis_names) == 3 else 2)
-  devices = sorted(jax.local_devices(), key=lambda d: d.id)
+  devices = meshes.topology_order(jax.local_devices())
   _check_tp(tp, len(devices))
   grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
   if len(names) == 3:

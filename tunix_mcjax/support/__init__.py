@@ -35,8 +35,8 @@ The rules by topic, one module each (callers read every name as
 * `engines`: `rollout_engine` names, MaxText trainers' engines.
 * `learners`: training mode, learner, roles and placement, packing's loss.
 * `lora`: LoRA settings and the engines that take a LoRA actor.
-* `meshes`: the mesh choice (fsdp or hsdp from the model's widths) and the
-  actor mesh's layout by host.
+* `meshes`: the mesh choice (fsdp or hsdp from the model's widths), the
+  actor mesh's layout by host, device order (topology) and host blocks.
 * `problem`: `Problem`.
 
 This package imports no JAX at module level: `check_job` runs in the process
@@ -88,8 +88,11 @@ from tunix_mcjax.support.meshes import MeshChoice
 from tunix_mcjax.support.meshes import TP_DIMS
 from tunix_mcjax.support.meshes import choose_mesh
 from tunix_mcjax.support.meshes import config_mesh
+from tunix_mcjax.support.meshes import device_order_key
 from tunix_mcjax.support.meshes import hf_model_dims
+from tunix_mcjax.support.meshes import host_blocks
 from tunix_mcjax.support.meshes import mesh_layout
+from tunix_mcjax.support.meshes import topology_order
 from tunix_mcjax.support.problem import Problem
 
 __all__ = [
@@ -144,8 +147,11 @@ __all__ = [
     "TP_DIMS",
     "choose_mesh",
     "config_mesh",
+    "device_order_key",
     "hf_model_dims",
+    "host_blocks",
     "mesh_layout",
+    "topology_order",
     # problem
     "Problem",
 ]

@@ -29,6 +29,7 @@ from typing import Any
 from tunix_mcjax.support.batches import GLOBAL_BATCH_KNOBS
 from tunix_mcjax.support.batches import balanced_micro_batches
 from tunix_mcjax.support.batches import balanced_updates
+from tunix_mcjax.support.batches import batch_axes
 from tunix_mcjax.support.batches import checkpoint_interval
 from tunix_mcjax.support.batches import data_sharding_axes
 from tunix_mcjax.support.batches import global_batch
@@ -42,6 +43,7 @@ from tunix_mcjax.support.learners import training_mode
 from tunix_mcjax.support.learners import unsupported_role
 from tunix_mcjax.support.lora import lora_engine
 from tunix_mcjax.support.lora import lora_settings
+from tunix_mcjax.support.meshes import host_blocks
 from tunix_mcjax.support.meshes import mesh_layout
 from tunix_mcjax.support.problem import Problem
 from tunix_mcjax.support.problem import raise_first
@@ -98,12 +100,12 @@ def check_cluster(
           " mesh other than the actor's",
           fix="Give every role the actor's mesh.",
       ).raise_()
-  devices = [d.id for d in mesh.devices.flat]
-  expected = [d.id for d in runtime.host_contiguous_devices()]
+  devices = sorted(d.id for d in mesh.devices.flat)
+  expected = sorted(d.id for d in runtime.host_contiguous_devices())
   if devices != expected:
     raise ValueError(
-        "The actor mesh must span every device of every host, host by host"
-        " (use tunix_mcjax.runtime.global_mesh()); got device ids"
+        "The actor mesh must span every device of every host once (use"
+        " tunix_mcjax.runtime.global_mesh()); got device ids"
         f" {devices[:8]}..., expected {expected[:8]}..."
     )
   tc = cfg.training_config
@@ -111,6 +113,10 @@ def check_cluster(
       data_sharding_axes(tuple(tc.data_sharding_axis), mesh.axis_names),
       sequence_packing(tc.max_seq_token_per_tpu),
   )
+  # Any device order whose host blocks line up with admission (a
+  # topology-ordered mesh, a user's jax.make_mesh), not only ids in order.
+  raise_first(host_blocks(
+      mesh.devices, mesh.axis_names, batch_axes(tc.data_sharding_axis)))
 
 
 # --- the CLI's view: Tunix's parsed config, no devices ------------------------

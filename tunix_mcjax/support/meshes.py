@@ -290,3 +290,90 @@ def mesh_layout(
         " devices of a host (a tp group may not span hosts).",
     )
   return devices_per_host, None
+
+
+# --- device order and host blocks (any device objects: no JAX needed) --------
+
+
+def device_order_key(device: Any) -> tuple[Any, ...]:
+  """Hosts outer; within a host, the device's physical position.
+
+  TPU devices carry `coords` (their place in the slice's torus) and
+  `core_on_chip`: ordered by those, a host's devices run in the order a
+  physical mesh lays them out (as `jax.experimental.mesh_utils` does before
+  it reshapes), so collectives along a mesh axis go to neighbours. Devices
+  without coordinates (CPU, GPU) keep their id order.
+  """
+  coords = getattr(device, "coords", None)
+  core = getattr(device, "core_on_chip", None)
+  physical = (tuple(coords) if coords is not None else (),
+              core if core is not None else 0)
+  return (device.process_index, physical, device.id)
+
+
+def topology_order(devices: Sequence[Any]) -> list[Any]:
+  """`devices` host by host (process order), physical order within a host."""
+  return sorted(devices, key=device_order_key)
+
+
+def _runs(values: Sequence[int]) -> str:
+  """[0, 0, 1, 1, 0] -> "0 x2, 1 x2, 0 x1" (host order along an axis)."""
+  out = []
+  for v in values:
+    if out and out[-1][0] == v:
+      out[-1][1] += 1
+    else:
+      out.append([v, 1])
+  return ", ".join(f"{v} x{n}" for v, n in out)
+
+
+def host_blocks(devices: Any, axis_names: Sequence[str],
+                batch_axes: Sequence[str]) -> Problem | None:
+  """Why a mesh cannot carry mcjax's batch, or None if it can.
+
+  Admission puts host h's rows in block h of the batch: the batch axes
+  (flattened in `batch_axes` order, as PartitionSpec((a, b)) splits) must
+  give each host one contiguous block, hosts in process order, and every
+  other axis (tp) must stay within a host. The order of devices within a
+  host's block is free, so a topology-ordered mesh (`topology_order`, or a
+  user's own `jax.make_mesh` when its host blocks line up) is accepted.
+
+  Args:
+    devices: The mesh's device grid (`Mesh.devices`, or nested lists of
+      objects with `process_index`).
+    axis_names: The mesh's axis names.
+    batch_axes: The axes the batch's leading dimension is split over.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  grid = np.asarray(devices, dtype=object)
+  names = list(axis_names)
+  missing = [a for a in batch_axes if a not in names]
+  if missing or not batch_axes:
+    return Problem(message=f"the batch axes {tuple(batch_axes)} are not axes"
+                   f" of the mesh {tuple(names)}.")
+  front = np.moveaxis(grid, [names.index(a) for a in batch_axes],
+                      list(range(len(batch_axes))))
+  blocks = front.reshape(math.prod(front.shape[:len(batch_axes)]), -1)
+  fix = ("Build the mesh with tunix_mcjax.runtime.global_mesh() (hosts"
+         " outer, physical order within a host), or order its devices host"
+         f" by host along {tuple(batch_axes)}.")
+  owners = []
+  for index, block in enumerate(blocks):
+    hosts = sorted({d.process_index for d in block})
+    if len(hosts) > 1:
+      return Problem(
+          message=f"the mesh {tuple(names)} puts devices of hosts {hosts} at"
+          f" batch index {index} of {tuple(batch_axes)} (an axis outside the"
+          f" batch would span hosts). {fix}")
+    owners.append(hosts[0])
+  processes = sorted({d.process_index for d in grid.flat})
+  per_host, rest = divmod(len(owners), len(processes))
+  expected = [p for p in processes for _ in range(per_host)]
+  if rest or owners != expected:
+    return Problem(
+        message=f"the mesh {tuple(names)} does not give each host one"
+        f" contiguous block of its batch axes {tuple(batch_axes)}, hosts in"
+        f" process order: along them the hosts run {_runs(owners)}"
+        " (admission puts host h's rows in block h). " + fix)
+  return None
