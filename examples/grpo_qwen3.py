@@ -409,7 +409,11 @@ def main(argv: Sequence[str]) -> None:
   if cfg.backend == "mcjax_da":
     _run_disaggregated(cfg)
     return
-  if not runtime.in_multi_controller_environment():
+  try:
+    on_cluster = runtime.in_multi_controller_environment()
+  except runtime.ClusterDetectionError as e:
+    _user_error(e)
+  if not on_cluster:
     from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
     try:
       plan = platforms.plan_local_hosts(
@@ -429,16 +433,18 @@ def main(argv: Sequence[str]) -> None:
                                    cfg.checkpoint_fingerprint())
     except ValueError as e:
       _user_error(e)
-    sys.exit(
-        launch.relaunch_as_local_hosts(
-            sys.argv[1:],
-            plan=plan,
-            timeout_s=_TIMEOUT.value,
-            fresh_files=[cfg.metrics_out],
-            note=f"backend={cfg.backend}",
-            host_main=lambda: _run_host(cfg),
-        )
-    )
+    try:
+      status = launch.relaunch_as_local_hosts(
+          sys.argv[1:],
+          plan=plan,
+          timeout_s=_TIMEOUT.value,
+          fresh_files=[cfg.metrics_out],
+          note=f"backend={cfg.backend}",
+          host_main=lambda: _run_host(cfg),
+      )
+    except launch.LaunchError as e:  # Refused before any host started.
+      _user_error(e)
+    sys.exit(status)
   _run_host(cfg)
 
 

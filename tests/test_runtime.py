@@ -208,6 +208,18 @@ def test_cluster_detection(monkeypatch):
   for name in slurm:
     monkeypatch.delenv(name)
   monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+  monkeypatch.setenv("JAX_PROCESS_ID", "1")
+  assert runtime._detected_cluster() == "JAX_COORDINATOR_ADDRESS"  # pylint: disable=protected-access
+  # The address alone: JAX would fail inside the job; refused up front.
+  monkeypatch.delenv("JAX_NUM_PROCESSES")
+  with pytest.raises(runtime.ClusterDetectionError,
+                     match=r"1234 is set, but JAX_NUM_PROCESSES is not.*"
+                     r"or unset JAX_COORDINATOR_ADDRESS"):
+    runtime._detected_cluster()  # pylint: disable=protected-access
+  # With a scheduler that gives the count and id (SLURM), it is a cluster.
+  for name, value in slurm.items():
+    monkeypatch.setenv(name, value)
   assert runtime._detected_cluster() == "JAX_COORDINATOR_ADDRESS"  # pylint: disable=protected-access
 
 

@@ -588,6 +588,13 @@ def relaunch_as_local_hosts(
     plan = platforms.simulated(num_hosts, devices_per_host)
   program = this_program()
   command = [*program, *argv]
+  # Refused before anything is deleted (check_launch runs again in launch).
+  if not timeout_s > 0:
+    raise LaunchError(f"--timeout must be > 0 seconds, got {timeout_s!r}.")
+  for path in fresh_files:
+    if path and os.path.isdir(path):
+      raise LaunchError(f"{path!r} is a directory, not a file the job can"
+                        " write; give a file path.")
   for path in fresh_files:
     if path and os.path.exists(path):
       os.remove(path)

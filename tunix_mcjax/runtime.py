@@ -499,7 +499,24 @@ def xla_flags_with_device_count(xla_flags: str, devices: int) -> str:
 def _detected_cluster() -> str | None:
   """Names the cluster environment JAX would auto-detect, or None."""
   if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    missing = [name for name in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+               if not os.environ.get(name)]
+    if missing and _scheduler_cluster() is None:
+      # jax.distributed.initialize would fail inside the job with "Number
+      # of processes must be defined".
+      raise ClusterDetectionError(
+          "JAX_COORDINATOR_ADDRESS="
+          f"{os.environ['JAX_COORDINATOR_ADDRESS']} is set, but"
+          f" {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'}"
+          " not and no scheduler JAX detects is present: set"
+          " JAX_NUM_PROCESSES and JAX_PROCESS_ID too (each process its own"
+          " id), or unset JAX_COORDINATOR_ADDRESS to run on this machine.")
     return "JAX_COORDINATOR_ADDRESS"
+  return _scheduler_cluster()
+
+
+def _scheduler_cluster() -> str | None:
+  """The scheduler or TPU environment JAX's detectors find, or None."""
   try:
     from jax._src import clusters  # pylint: disable=g-import-not-at-top
 

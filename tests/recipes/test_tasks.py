@@ -266,6 +266,28 @@ def test_load_gsm8k(tmp_path):
     tasks.load_gsm8k(path, limit=0)
 
 
+def test_load_gsm8k_refuses_bytes_and_values_that_are_not_text(tmp_path):
+  good = json.dumps(_ROWS[0])
+  binary = tmp_path / "binary.jsonl"
+  binary.write_bytes(good.encode() + b'\n{"question": "a\xff", "answer": "1"}\n')
+  with pytest.raises(ValueError) as e:
+    tasks.load_gsm8k(binary)
+  assert str(e.value).startswith(f"{binary}:2 is not UTF-8 text (byte 0xff")
+  null = tmp_path / "null.jsonl"
+  null.write_text(good + '\n\n{"question": null, "answer": "#### 3"}\n')
+  with pytest.raises(ValueError, match=r"null.jsonl:3: 'question' is null,"
+                     r" not text"):
+    tasks.load_gsm8k(null)
+  listed = tmp_path / "listed.jsonl"
+  listed.write_text('{"question": "q", "answer": ["#### 3"]}\n')
+  with pytest.raises(ValueError, match=r"listed.jsonl:1: 'answer' is"):
+    tasks.load_gsm8k(listed)
+  # A bare number is a gold answer, read as its text.
+  number = tmp_path / "number.jsonl"
+  number.write_text('{"question": "q", "answer": 42}\n')
+  assert tasks.load_gsm8k(number) == [{"question": "q", "answer": "42"}]
+
+
 def test_gsm8k_batches(tmp_path):
   rows = tasks.load_gsm8k(_write_jsonl(tmp_path / "g.jsonl", _ROWS))
   batches = tasks.gsm8k_batches(rows, batch_size=2, num_batches=5, seed=3)

@@ -562,14 +562,17 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
       plan = platforms.simulated(num_hosts, devices_per_host, reason=reason)
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
-  return launch.relaunch_as_local_hosts(
-      sys.argv[1:],
-      plan=plan,
-      timeout_s=cli_flags.TIMEOUT.value,
-      fresh_files=[options.metrics_out],
-      note=f"backend={options.backend}",
-      host_main=lambda: _main_host(argv, options),
-  )
+  try:
+    return launch.relaunch_as_local_hosts(
+        sys.argv[1:],
+        plan=plan,
+        timeout_s=cli_flags.TIMEOUT.value,
+        fresh_files=[options.metrics_out],
+        note=f"backend={options.backend}",
+        host_main=lambda: _main_host(argv, options),
+    )
+  except launch.LaunchError as e:  # Refused before any host started.
+    _fail(str(e))
 
 
 def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
@@ -676,7 +679,11 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(_start_disaggregated(argv, options))
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
-  if runtime.in_multi_controller_environment():
+  try:
+    on_cluster = runtime.in_multi_controller_environment()
+  except runtime.ClusterDetectionError as e:
+    _fail(str(e))
+  if on_cluster:
     _main_host(argv, options)
   else:
     sys.exit(_start_local_hosts(argv, options))

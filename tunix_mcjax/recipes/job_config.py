@@ -427,6 +427,45 @@ def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
 BUILTIN_ENGINES = ("native", "vllm", "vllm_tpu")
 
 
+# Files a Hugging Face tokenizer loads from; a directory with none of them
+# fails inside every host.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json",
+                    "vocab.txt", "spiece.model")
+# What the Tunix trainer reads from config.json (models.qwen3_config_from_hf).
+_QWEN3_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads",
+               "num_hidden_layers", "vocab_size")
+
+
+def _model_dir_problems(model: str, *, trainer: str) -> list[str]:
+  """What makes `--model` unusable as a Hugging Face checkpoint directory."""
+  directory = os.path.expanduser(model)
+  path = os.path.join(directory, "config.json")
+  if not os.path.isfile(path):
+    return [f"--model={model!r} is not 'tiny' or a local Hugging Face"
+            " checkpoint directory (no config.json there)."]
+  problems = []
+  try:
+    with open(path, encoding="utf-8") as f:
+      hf = json.load(f)
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    return [f"--model={model!r}: cannot read {path!r} as JSON ({e})."]
+  if not isinstance(hf, dict):
+    return [f"--model={model!r}: {path!r} is not a JSON object."]
+  if trainer == "tunix":
+    missing = [k for k in _QWEN3_KEYS if k not in hf]
+    if missing:
+      problems.append(
+          f"--model={model!r}: {path!r} lacks {', '.join(missing)}; a"
+          " Hugging Face Qwen3 config.json has them.")
+  if not any(os.path.isfile(os.path.join(directory, name))
+             for name in _TOKENIZER_FILES):
+    problems.append(
+        f"--model={model!r} has no tokenizer (none of"
+        f" {', '.join(_TOKENIZER_FILES)}); save the tokenizer next to the"
+        " weights (tokenizer.save_pretrained).")
+  return problems
+
+
 def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
               devices_per_host: int) -> Any:
   """Every check of `cfg` that needs no device; returns the mesh choice.
@@ -487,10 +526,13 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
   elif cfg.dataset != "toy":
     problems.append(f"--dataset={cfg.dataset!r} is not 'toy' or"
                     " 'gsm8k:PATH'.")
-  if cfg.model != "tiny" and not os.path.isfile(
-      os.path.join(os.path.expanduser(cfg.model), "config.json")):
-    problems.append(f"--model={cfg.model!r} is not 'tiny' or a local Hugging"
-                    " Face checkpoint directory (no config.json there).")
+  if cfg.model != "tiny":
+    problems.extend(_model_dir_problems(cfg.model, trainer=cfg.trainer))
+  if cfg.metrics_out and os.path.isdir(cfg.metrics_out):
+    path = cfg.metrics_out
+    problems.append(f"--metrics_out={path!r} is a directory; give the path"
+                    " of a file (e.g."
+                    f" {os.path.join(path, 'metrics.jsonl')!r}).")
   load = cfg.load_parameters_path
   if load and "://" not in load and not os.path.exists(load):
     problems.append(f"--load_parameters_path={load!r} does not exist.")

@@ -260,19 +260,40 @@ def load_gsm8k(
   if limit is not None and limit < 1:
     raise ValueError(f"limit must be >= 1 or None, got {limit!r}.")
   rows = []
-  with p.open(encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
+  # Bytes, decoded line by line: a bad byte is reported at its FILE:LINE.
+  with p.open("rb") as f:
+    for lineno, raw in enumerate(f, 1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{str(p)}:{lineno} is not UTF-8 text (byte"
+            f" 0x{raw[e.start]:02x} at column {e.start + 1}); save the file"
+            " as UTF-8 or remove the line."
+        ) from e
       if not line.strip():
         continue
       try:
         row = json.loads(line)
-        rows.append({"question": str(row["question"]),
-                     "answer": str(row["answer"])})
+        values = {k: row[k] for k in ("question", "answer")}
       except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(
             f"{str(p)}:{lineno} is not a JSON object with 'question' and"
             f" 'answer': {e}"
         ) from e
+      # str(None) would train on the text "None"; a bare number is a fine
+      # gold answer.
+      answer = values["answer"]
+      if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        values["answer"] = str(answer)
+      wrong = [f"{k!r} is {json.dumps(v)}" for k, v in values.items()
+               if not isinstance(v, str)]
+      if wrong:
+        raise ValueError(
+            f"{str(p)}:{lineno}: {' and '.join(wrong)}, not text; fix the"
+            " row or remove the line."
+        )
+      rows.append(values)
       empty = [k for k in ("question", "answer") if not rows[-1][k].strip()]
       if empty:
         raise ValueError(

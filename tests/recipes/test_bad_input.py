@@ -1,0 +1,118 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Bad flags, data and environments: one line, exit 2, nothing deleted.
+
+Each case runs the example as a user does (a whole process) with a metrics
+file left by an earlier run, which must survive: every check runs before
+anything is deleted or any host starts.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import example_runs
+import launch_utils
+
+
+def _example(tmp_path, *args, env=None):
+  metrics = tmp_path / "earlier.jsonl"
+  metrics.write_text('{"step": 1}\n')
+  flags = [f"--metrics_out={metrics}"] if not any(
+      a.startswith("--metrics_out") for a in args) else []
+  proc = subprocess.run(
+      [sys.executable, str(example_runs.EXAMPLE), "--backend=mcjax",
+       "--steps=1", *flags, *args],
+      env=launch_utils.launcher_env(env), capture_output=True, text=True,
+      timeout=120, cwd=tmp_path)
+  assert metrics.read_text() == '{"step": 1}\n', "deleted before the checks"
+  return proc
+
+
+def _one_error_line(proc, program="grpo_qwen3.py"):
+  assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr[-3000:]
+  assert lines[0].startswith(f"{program}: error: "), lines
+  return lines[0]
+
+
+def _model_dir(tmp_path, config, tokenizer=True):
+  model = tmp_path / "model"
+  model.mkdir()
+  (model / "config.json").write_text(config)
+  if tokenizer:
+    (model / "tokenizer.json").write_text("{}")
+  return model
+
+
+def _cases(tmp_path):
+  data = tmp_path / "data"
+  data.mkdir()
+  (data / "null.jsonl").write_text('{"question": null, "answer": "#### 3"}\n')
+  (data / "binary.jsonl").write_bytes(
+      b'{"question": "q", "answer": "#### 1"}\n{"question": "\xff"}\n')
+  (tmp_path / "a_dir").mkdir()
+  return {
+      "timeout": (["--timeout=0"], "--timeout must be > 0 seconds, got 0."),
+      "metrics_dir": ([f"--metrics_out={tmp_path / 'a_dir'}"],
+                      "is a directory; give the path of a file"),
+      "num_hosts": (["--num_hosts=0"], "--num_hosts must be an integer >= 1"),
+      "empty_config": (
+          [f"--model={_model_dir(tmp_path, '{}')}"],
+          "config.json' lacks hidden_size, intermediate_size"),
+      "null_question": ([f"--dataset=gsm8k:{data / 'null.jsonl'}"],
+                        "null.jsonl:1: 'question' is null, not text"),
+      "not_utf8": ([f"--dataset=gsm8k:{data / 'binary.jsonl'}"],
+                   "binary.jsonl:2 is not UTF-8 text (byte 0xff"),
+  }
+
+
+CASES = ("timeout", "metrics_dir", "num_hosts", "empty_config",
+         "null_question", "not_utf8")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case):
+  args, expected = _cases(tmp_path)[case]
+  line = _one_error_line(_example(tmp_path, *args))
+  assert expected in line, line
+
+
+def test_a_model_directory_without_a_tokenizer_is_refused(tmp_path):
+  config = json.dumps(dict(model_type="qwen3", hidden_size=8,
+                           intermediate_size=8, num_attention_heads=2,
+                           num_hidden_layers=1, vocab_size=16))
+  model = _model_dir(tmp_path, config, tokenizer=False)
+  line = _one_error_line(_example(tmp_path, f"--model={model}"))
+  assert "has no tokenizer (none of tokenizer.json" in line, line
+
+
+def test_a_coordinator_address_alone_is_refused(tmp_path):
+  env = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1"}
+  assert not {"JAX_NUM_PROCESSES", "JAX_PROCESS_ID"} & set(os.environ)
+  line = _one_error_line(_example(tmp_path, env=env))
+  assert ("JAX_COORDINATOR_ADDRESS=127.0.0.1:1 is set, but JAX_NUM_PROCESSES"
+          " and JAX_PROCESS_ID are not") in line, line
+  # The CLI says the same.
+  cli = subprocess.run(
+      [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "--backend=mcjax"],
+      env=launch_utils.launcher_env(env), capture_output=True, text=True,
+      timeout=120, cwd=tmp_path)
+  assert "JAX_COORDINATOR_ADDRESS=127.0.0.1:1 is set" in _one_error_line(
+      cli, program="grpo_main")
