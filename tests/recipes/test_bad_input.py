@@ -29,6 +29,11 @@ import pytest
 import example_runs
 import launch_utils
 
+# Whole processes (about 4 s each, nearly all of it importing Tunix before
+# the refusal): the main suite runs them; the quick loop has the in-process
+# checks below.
+pytestmark_slow = pytest.mark.slow
+
 
 def _example(tmp_path, *args, env=None):
   metrics = tmp_path / "earlier.jsonl"
@@ -87,6 +92,7 @@ CASES = ("timeout", "metrics_dir", "num_hosts", "empty_config",
          "null_question", "not_utf8")
 
 
+@pytestmark_slow
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case):
   args, expected = _cases(tmp_path)[case]
@@ -94,6 +100,7 @@ def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case):
   assert expected in line, line
 
 
+@pytestmark_slow
 def test_a_model_directory_without_a_tokenizer_is_refused(tmp_path):
   config = json.dumps(dict(model_type="qwen3", hidden_size=8,
                            intermediate_size=8, num_attention_heads=2,
@@ -103,6 +110,7 @@ def test_a_model_directory_without_a_tokenizer_is_refused(tmp_path):
   assert "has no tokenizer (none of tokenizer.json" in line, line
 
 
+@pytestmark_slow
 def test_a_coordinator_address_alone_is_refused(tmp_path):
   env = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1"}
   assert not {"JAX_NUM_PROCESSES", "JAX_PROCESS_ID"} & set(os.environ)
@@ -116,3 +124,45 @@ def test_a_coordinator_address_alone_is_refused(tmp_path):
       timeout=120, cwd=tmp_path)
   assert "JAX_COORDINATOR_ADDRESS=127.0.0.1:1 is set" in _one_error_line(
       cli, program="grpo_main")
+
+
+# --- the same checks in this process ------------------------------------------
+
+
+def test_check_job_names_a_bad_model_directory_and_metrics_path(tmp_path):
+  from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+
+  def problems(**kw):
+    cfg = job_config.GrpoJobConfig(**kw)
+    try:
+      job_config.check_job(cfg, num_hosts=1, devices_per_host=2)
+    except validation.InputError as e:
+      return str(e)
+    return None
+
+  assert problems() is None
+  assert "is a directory; give the path of a file" in problems(
+      metrics_out=str(tmp_path))
+  broken = tmp_path / "broken"
+  broken.mkdir()
+  (broken / "config.json").write_text("{not json")
+  assert "cannot read" in problems(model=str(broken))
+  listed = _model_dir(tmp_path, "[]")
+  assert "is not a JSON object" in problems(model=str(listed))
+
+
+def test_relaunch_refuses_before_deleting_the_metrics_file(tmp_path):
+  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
+
+  metrics = tmp_path / "m.jsonl"
+  metrics.write_text("kept\n")
+  plan = platforms.simulated(2, 1)
+  with pytest.raises(launch.LaunchError, match="--timeout must be > 0"):
+    launch.relaunch_as_local_hosts([], plan=plan, timeout_s=0,
+                                   fresh_files=[str(metrics)])
+  with pytest.raises(launch.LaunchError, match="is a directory"):
+    launch.relaunch_as_local_hosts([], plan=plan, timeout_s=10,
+                                   fresh_files=[str(metrics), str(tmp_path)])
+  assert metrics.read_text() == "kept\n"
