@@ -467,9 +467,9 @@ def _run_host(cfg: grpo_job.GrpoJobConfig) -> None:
 def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   """--backend=mcjax_da: trainer and rollout hosts as Ray actors (local)."""
   from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
-
   from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import da_job  # pylint: disable=g-import-not-at-top
 
   try:
     devices = launcher.host_devices(
@@ -493,7 +493,8 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
     os.remove(cfg.metrics_out)  # A fresh record of this job.
   try:
     summary = launcher.run_local(
-        cfg,
+        da_job.GrpoJobTask(job=cfg),
+        rollout_source=da_job.GrpoJobSource(job=cfg),
         devices_per_host=(devices.devices_per_host if devices.simulated
                           else None),
         timeout_s=_TIMEOUT.value, ray_address=_RAY_ADDRESS.value,

@@ -178,22 +178,8 @@ class McJaxOptions:
       )
 
 
-def _raise_first(*problems: support.Problem | None) -> None:
-  for problem in problems:
-    if problem is not None:
-      problem.raise_()
-
-
 def _mesh_axis_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
   return math.prod(mesh.shape[a] for a in axes)
-
-
-def _same_mesh(a: Mesh, b: Mesh) -> bool:
-  return a is b or (
-      a.axis_names == b.axis_names
-      and a.devices.shape == b.devices.shape
-      and [d.id for d in a.devices.flat] == [d.id for d in b.devices.flat]
-  )
 
 
 class McJaxRLCluster(compat.RLCluster):
@@ -289,13 +275,13 @@ class McJaxRLCluster(compat.RLCluster):
             f" {ENGINES.names()}), got {cluster_config.rollout_engine!r}."
         )
       # A Tunix engine name means what it means in Tunix, or is refused.
-      _raise_first(support.rollout_engine(engine_name, ENGINES.names()))
+      support.raise_first(support.rollout_engine(engine_name, ENGINES.names()))
       engine_name = support.mcjax_engine_name(engine_name)
     # A LoRA actor trains and publishes only its adapters (as stock Tunix's
     # sync_weights filters by nnx.LoRAParam); its engine must take them.
     lora_enabled = sft_utils.is_lora_enabled(actor)
     lora_problem = support.lora_engine(engine_name, lora_enabled)
-    _raise_first(lora_problem)
+    support.raise_first(lora_problem)
 
     engine_factory = functools.partial(
         self._engine_factory(engine_name),
@@ -479,7 +465,7 @@ class McJaxRLCluster(compat.RLCluster):
             list(support.ROW_NORMALISED_LOSS_MODES),
         )
       else:
-        _raise_first(support.balanced_micro_batches(
+        support.raise_first(support.balanced_micro_batches(
             balance_by_length=True, loss_agg_mode=loss_agg_mode,
             micro_batch_size=chunk, mini_batch_size=tc.mini_batch_size,
         ))
@@ -768,10 +754,6 @@ class McJaxRLCluster(compat.RLCluster):
     self.exporter.submit(
         lambda: log(self._learner_metrics.finish(pending))
     )
-
-  def flush_metrics(self) -> None:
-    """Waits until every finished step's metrics are exported."""
-    self.exporter.flush()
 
   def close(self):
     if self._closed:

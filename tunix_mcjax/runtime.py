@@ -25,10 +25,8 @@ It picks one of three start-ups:
   auto-detection fills in the coordinator, process count and id.
 * "single": none of the above; one process, no distributed service.
 
-The mesh helpers order devices host by host (physical order within a host,
-`support.meshes.topology_order`), so that a contiguous block of the first mesh
-axis belongs to one host: `host_mesh_view` relies on it to expose a leading
-"host" axis over the same devices.
+The host-aware meshes (`global_mesh`, `local_mesh`, `host_mesh_view`) live in
+`device_meshes` and are re-exported here.
 
 Importing this module does not import jax (the launcher reads the
 environment contract below without starting JAX).
@@ -36,8 +34,7 @@ environment contract below without starting JAX).
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 import dataclasses
 import errno
 import inspect
@@ -45,13 +42,18 @@ import os
 import socket
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from absl import logging
 
-if TYPE_CHECKING:
-  import jax
-  from jax.sharding import Mesh
+# The meshes live in device_meshes; callers read them here too.
+# pylint: disable=unused-import,g-importing-member
+from tunix_mcjax.device_meshes import HOST_AXIS
+from tunix_mcjax.device_meshes import global_mesh
+from tunix_mcjax.device_meshes import host_contiguous_devices
+from tunix_mcjax.device_meshes import host_mesh_view
+from tunix_mcjax.device_meshes import local_mesh
+# pylint: enable=unused-import,g-importing-member
 
 
 Source = Literal["launcher", "cluster", "single"]
@@ -65,10 +67,6 @@ ENV_DEVICES_PER_HOST = "TUNIX_MCJAX_DEVICES_PER_HOST"
 ENV_LOCAL_DEVICE_IDS = "TUNIX_MCJAX_LOCAL_DEVICE_IDS"
 
 CPU_COLLECTIVES = ("gloo", "mpi")
-HOST_AXIS = "host"
-_DEFAULT_AXIS_NAMES = ("fsdp", "tp")
-# Hybrid sharding: data parallel across hosts, fsdp (and tp) within a host.
-_HSDP_AXIS_NAMES = ("data", "fsdp", "tp")
 
 
 def _is_int(value: Any) -> bool:
@@ -591,149 +589,3 @@ def backend_started() -> bool | None:
     return bool(xla_bridge.backends_are_initialized())
   except (ImportError, AttributeError):
     return None
-
-
-# --- Meshes ------------------------------------------------------------------
-
-
-def _check_axis_names(
-    axis_names: Sequence[str], count: int = 2
-) -> tuple[str, ...]:
-  names = tuple(axis_names)
-  if len(names) != count or len(set(names)) != count:
-    example = _HSDP_AXIS_NAMES if count == 3 else _DEFAULT_AXIS_NAMES
-    raise ValueError(
-        f"axis_names={names!r} must be {count} distinct names, e.g."
-        f" {example!r}."
-    )
-  if HOST_AXIS in names:
-    raise ValueError(
-        f"axis_names={names!r} may not use {HOST_AXIS!r}: host_mesh_view adds"
-        " that axis."
-    )
-  return names
-
-
-def _check_tp(tp: int, devices_per_host: int) -> None:
-  if not _is_int(tp) or tp < 1 or devices_per_host % tp:
-    choices = [
-        d for d in range(1, devices_per_host + 1) if devices_per_host % d == 0
-    ]
-    raise ValueError(
-        f"tp={tp!r} must divide the number of devices per host"
-        f" ({devices_per_host}) so that a tp group never spans two hosts;"
-        f" use one of {choices}."
-    )
-
-
-def host_contiguous_devices() -> list[jax.Device]:
-  """All devices of all hosts, host by host (process order), in physical
-  order within a host (TPU coordinates; id order on CPU and GPU)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
-  return meshes.topology_order(jax.devices())
-
-
-def global_mesh(
-    *,
-    tp: int = 1,
-    axis_names: Sequence[str] | None = None,
-    kind: Literal["fsdp", "hsdp"] = "fsdp",
-) -> Mesh:
-  """A (fsdp, tp) or (data, fsdp, tp) mesh over every device of every host.
-
-  Devices run host by host, so with kind="fsdp" host h owns fsdp rows
-  [h * per_host / tp, (h + 1) * per_host / tp). kind="hsdp" (hybrid
-  sharding) puts the hosts on a leading data-parallel axis: host h is
-  data row h, and parameters sharded over "fsdp" are split within a host
-  and replicated across hosts (support.choose_mesh picks the kind).
-
-  Args:
-    tp: Size of the last axis; must divide the devices per host.
-    axis_names: Names of the axes; None: ("fsdp", "tp") or
-      ("data", "fsdp", "tp").
-    kind: "fsdp" or "hsdp".
-
-  Returns:
-    A mesh of shape (device_count // tp, tp) or (hosts, per_host // tp, tp).
-  """
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  if kind not in ("fsdp", "hsdp"):
-    raise ValueError(f"kind must be 'fsdp' or 'hsdp', got {kind!r}.")
-  if axis_names is None:
-    axis_names = _HSDP_AXIS_NAMES if kind == "hsdp" else _DEFAULT_AXIS_NAMES
-  names = _check_axis_names(axis_names, 3 if kind == "hsdp" else 2)
-  devices = host_contiguous_devices()
-  per_host = collections.Counter(d.process_index for d in devices)
-  if len(set(per_host.values())) != 1:
-    raise ValueError(
-        f"hosts have different device counts {dict(per_host)}; start every"
-        " host with the same number of devices."
-    )
-  _check_tp(tp, next(iter(per_host.values())))
-  grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
-  if kind == "hsdp":
-    grid = grid.reshape(len(per_host), -1, tp)
-  return Mesh(grid, names)
-
-
-def local_mesh(
-    *, axis_names: Sequence[str] = _DEFAULT_AXIS_NAMES, tp: int = 1
-) -> Mesh:
-  """A (fsdp, tp) mesh over this host's devices only, for host-local work.
-
-  Three axis names (an hsdp mesh's) give (1, per_host // tp, tp): the data
-  axis has one entry on a single host, so specs naming it still resolve.
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
-  names = _check_axis_names(axis_names, 3 if len(axis_names) == 3 else 2)
-  devices = meshes.topology_order(jax.local_devices())
-  _check_tp(tp, len(devices))
-  grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
-  if len(names) == 3:
-    grid = grid[None]
-  return Mesh(grid, names)
-
-
-def host_mesh_view(mesh: Mesh) -> Mesh:
-  """The same devices as `mesh` with a leading "host" axis.
-
-  For a `global_mesh()` of shape (F, T) the view has shape
-  (hosts, F // hosts, T) and axes ("host", "fsdp", "tp"). Sharding over the
-  host-local axes only (replicated over "host") gives every host a full copy
-  laid out over its own devices, which is what publishing weights to a
-  host-local engine needs.
-
-  Args:
-    mesh: A mesh whose first axis is host-contiguous, e.g. `global_mesh()`.
-
-  Returns:
-    The reshaped mesh.
-  """
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  if HOST_AXIS in mesh.axis_names:
-    raise ValueError(
-        f"mesh already has a {HOST_AXIS!r} axis: {mesh.axis_names}."
-    )
-  devices = np.asarray(mesh.devices)
-  hosts = sorted({d.process_index for d in devices.flat})
-  if devices.shape[0] % len(hosts):
-    raise ValueError(
-        f"mesh axis {mesh.axis_names[0]!r} has size {devices.shape[0]}, not a"
-        f" multiple of the {len(hosts)} hosts; build it with global_mesh()."
-    )
-  view = devices.reshape(
-      len(hosts), devices.shape[0] // len(hosts), *devices.shape[1:]
-  )
-  for host, block in zip(hosts, view):
-    if any(d.process_index != host for d in block.flat):
-      raise ValueError(
-          f"mesh {mesh.axis_names} is not host-contiguous along its first"
-          " axis (a block mixes hosts); build it with global_mesh()."
-      )
-  return Mesh(view, (HOST_AXIS, *mesh.axis_names))

@@ -314,15 +314,18 @@ def test_da_options_belong_to_mcjax_da(cli):
 
 
 def test_model_sources():
-  from tunix_mcjax.da import model_source  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import da_job  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
 
   job = job_config.GrpoJobConfig(backend="mcjax_da", max_staleness=0)
-  source = model_source.as_source(job)
-  assert isinstance(source, model_source.GrpoJobSource)
+  source = da_job.GrpoJobSource(job=job)
   assert (source.engine, source.seed) == ("native", job.seed)
   assert source.cache_size == job.max_prompt_length + job.max_new_tokens + 8
-  assert model_source.as_source(source) is source
+  task = da_job.GrpoJobTask(job=job)
+  assert task.da_options() == job.da_options()
+  # Both travel to Ray actors.
+  assert pickle.loads(pickle.dumps(source)) == source
+  assert pickle.loads(pickle.dumps(task)) == task
 
 
 def test_refused_before_anything_starts(base_config):

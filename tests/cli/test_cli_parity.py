@@ -248,10 +248,12 @@ def test_missing_local_inputs_are_refused_before_any_host_starts(
         num_hosts=2)
   assert f"dataset_name='{tmp_path}/no_such_data' does not exist" in str(
       e.value)
-  (problem,) = cli.data.missing_local_inputs(
+  from tunix_mcjax.cli import data  # pylint: disable=g-import-not-at-top
+
+  (problem,) = data.missing_local_inputs(
       {"data_source": "local", "data_directory": str(tmp_path / "nope")})
   assert problem.startswith("data_directory=") and "does not exist" in problem
-  assert cli.data.missing_local_inputs(
+  assert data.missing_local_inputs(
       {"data_source": "local", "data_directory": str(tmp_path)}) == []
   # A hub dataset name is Tunix's to resolve: not a local path.
   assert cli.check_mcjax_config(
@@ -273,7 +275,9 @@ def test_missing_model_and_tokenizer_paths_are_refused(cli, pipeline,
   assert f"model_config.model_id='{model}' does not exist" in message
   assert f"tokenizer_config.tokenizer_path='{tok}' does not exist" in message
   # A role's own local checkpoint is checked too; a hub id is Tunix's.
-  (problem,) = cli.data.missing_local_inputs(
+  from tunix_mcjax.cli import data  # pylint: disable=g-import-not-at-top
+
+  (problem,) = data.missing_local_inputs(
       {"model_config": {"model_id": "Qwen/Qwen3-0.6B"},
        "reference_model_config": {"model_id": f"{model}"}})
   assert problem.startswith("reference_model_config.model_id=")

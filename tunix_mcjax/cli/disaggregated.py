@@ -29,12 +29,14 @@ mcjax_da the same config maps onto hosts of `devices_per_host` devices:
 `plan` checks all of it in the parent process, before Ray or any host
 starts, and lists every problem with its fix. `CliTask` is what a trainer
 host runs (the same pipeline as a host of `--backend=mcjax`), and
-`da.model_source.CliSource` what a rollout host builds from.
+`CliSource` what a rollout host builds from (the protocols of
+`da.model_source`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Any
@@ -187,11 +189,9 @@ class Plan:
             f" host; reference with the actor; max_staleness"
             f" {o.max_staleness}")
 
-  def rollout_source(self, argv: list[str]) -> Any:
+  def rollout_source(self, argv: list[str]) -> CliSource:
     """What each rollout host builds its model and engine from."""
-    from tunix_mcjax.da import model_source  # pylint: disable=g-import-not-at-top
-
-    return model_source.CliSource(argv=tuple(argv), options=self.options)
+    return CliSource(argv=tuple(argv), options=self.options)
 
 
 def _rollout_model_problems(pipeline: Any) -> list[str]:
@@ -238,7 +238,7 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
   starts.
 
   Args:
-    pipeline: The parsed config (`grpo_main.GrpoCliPipeline`).
+    pipeline: The parsed config (`pipeline.GrpoCliPipeline`).
     devices_per_host: --devices_per_host, or None (derived from
       --trainer_hosts or --rollout_hosts).
 
@@ -339,7 +339,7 @@ class CliTask:
 
     # pylint: disable=g-import-not-at-top
     from tunix_mcjax import runtime
-    from tunix_mcjax.cli import grpo_main
+    from tunix_mcjax.cli import pipeline
     # pylint: enable=g-import-not-at-top
 
     if not flags.FLAGS.is_parsed():
@@ -348,11 +348,77 @@ class CliTask:
       flags.FLAGS.mark_as_parsed()
     info = runtime.initialize()  # Before JAX is used.
     argv = list(self.argv)
-    grpo_main.check_mcjax_config(
-        grpo_main.GrpoCliPipeline(argv, options=self.options),
+    pipeline.check_mcjax_config(
+        pipeline.GrpoCliPipeline(argv, options=self.options),
         num_hosts=info.process_count,
         devices_per_host=info.local_device_count)
     t0 = time.perf_counter()
-    grpo_main.run_pipeline(argv, self.options)
+    pipeline.run_pipeline(argv, self.options)
     return {"backend": self.options.backend, "num_hosts": info.process_count,
             "wall_s": time.perf_counter() - t0}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CliSource:
+  """Where the CLI's rollout hosts get their model
+  (`da.model_source.ModelSource`): the command line's arguments (base config
+  resolved) and `CliOptions`, parsed again in the rollout process.
+
+  The model is the actor's as Tunix's `create_rl_cluster` builds it (the
+  reference section's model without LoRA, then the actor's LoRA), so that
+  the trainers' publications fit it; `cli.disaggregated.plan` has refused a
+  rollout section whose model differs.
+  """
+
+  argv: tuple[str, ...]
+  options: Any
+
+  @functools.cached_property
+  def _settings(self) -> dict[str, Any]:
+    # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import support
+    from tunix_mcjax.engines import base as engine_base
+    # pylint: enable=g-import-not-at-top
+
+    pipeline = self._pipeline()
+    rollout_config = pipeline.create_rollout_config()
+    engine = self.options.engine or support.mcjax_engine_name(
+        pipeline.config.get("rollout_engine") or "vanilla")
+    return {
+        "engine": engine,
+        "rollout_config": rollout_config,
+        # As the colocated engine resolves them (no explicit seed or size).
+        "seed": engine_base.default_seed(rollout_config),
+        "cache_size": engine_base.default_cache_size(rollout_config),
+    }
+
+  def _pipeline(self) -> Any:
+    from tunix_mcjax.cli import pipeline  # pylint: disable=g-import-not-at-top
+
+    return pipeline.GrpoCliPipeline(list(self.argv), options=self.options)
+
+  @property
+  def engine(self) -> str:
+    return self._settings["engine"]
+
+  @property
+  def seed(self) -> int:
+    return self._settings["seed"]
+
+  @property
+  def cache_size(self) -> int:
+    return self._settings["cache_size"]
+
+  def rollout_config(self) -> Any:
+    return self._settings["rollout_config"]
+
+  def build(self, mesh: Any) -> tuple[Any, Any]:
+    pipeline = self._pipeline()
+    return pipeline.create_actor_model(mesh), pipeline.create_tokenizer()
+
+  def __getstate__(self) -> dict[str, Any]:
+    # Only the arguments travel; the settings are derived where used.
+    return {"argv": self.argv, "options": self.options}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)

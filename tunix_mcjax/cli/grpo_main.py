@@ -55,455 +55,45 @@ differs between backends:
   with the actor), refusing what cannot map, then starts them through
   `da.launcher`: each trainer host runs this pipeline as a host of mcjax
   does, with the cluster `McJaxDaRLCluster`; each rollout host builds the
-  actor's model from the same config (`da.model_source.CliSource`).
+  actor's model from the same config (`cli.disaggregated.CliSource`).
+
+The pipeline itself (Tunix's `GrpoPipeline` with our cluster, meshes and
+dealing) is `cli.pipeline`; this module dispatches.
 
 Under every backend, the literal first argument `base_config.yaml` means
 Tunix's own `tunix/cli/base_config.yaml` (see `base_config`).
 
-How the swap works: `GrpoPipeline` looks three names up in its module at call
-time (`model_lib.create_model`, `rl_cluster_lib.RLCluster` in
-`create_rl_cluster`, `data_lib.post_init_dataset` in `_run`). The subclass
-below replaces those calls for the duration of its own call of that method
-only (`compat.tunix_cli.replaced_calls`), and overrides the public
-`create_role_to_mesh` and `create_cluster_config`. `check_tunix_seams()`
-verifies the call sites at start-up, so a Tunix upgrade that moves them
-fails loudly instead of silently running the stock cluster in several
-processes.
-
-`--placement_invariant_sampling` (default off; tunix backend only) makes the
-stock cluster sample with the mcjax native engine and per-row keys, as
-`grpo_job.py` does, so that the two backends can be compared number for number
-(tests/cli/test_grpo_main.py). It also drops a final partial batch, as mcjax
-does. It is a test and comparison mode, not part of the stock behaviour.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-import contextlib
-import dataclasses
-import functools
-import json
-import math
+from collections.abc import Sequence
 import os
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from absl import app
 from absl import flags
 from absl import logging
 
-from tunix_mcjax import compat
 from tunix_mcjax import compilation_cache
-from tunix_mcjax import support
-from tunix_mcjax import telemetry
-from tunix_mcjax.telemetry import stock as telemetry_stock
 from tunix_mcjax.cli import base_config
-from tunix_mcjax.cli import checkpoints
 from tunix_mcjax.cli import cli_flags
-from tunix_mcjax.cli import config_checks
-from tunix_mcjax.cli import data
+from tunix_mcjax.cli import pipeline
 from tunix_mcjax.cli.options import CliOptions
 from tunix_mcjax.cli.options import ConfigError
 from tunix_mcjax.compat import tunix_cli
 
-check_tunix_seams = tunix_cli.check_tunix_seams
 # The flags are defined in cli_flags; `--help` lists them as this entry
 # point's own, and callers read them here as options.
 flags.adopt_module_key_flags(cli_flags)
 options_from_flags = cli_flags.options_from_flags
-check_mcjax_config = config_checks.check_mcjax_config
-
-
-# --- per-step records for the stock cluster -----------------------------------
-
-
-class StockStepRecorder(telemetry_stock.StockClusterRecorder):
-  """Appends one step record (the mcjax schema, with phases) per step of the
-  stock cluster to `path`; see `telemetry.stock.StockClusterRecorder`."""
-
-  def __init__(self, cluster: Any, path: str, admission: Any = None):
-    super().__init__(
-        cluster,
-        ledger=admission.ledger if admission is not None else None,
-        metrics_out=path,
-    )
-
-
-# --- the pipeline -------------------------------------------------------------
-
-
-class GrpoCliPipeline(tunix_cli.GrpoPipeline):
-  """Tunix's `GrpoPipeline` with the cluster backend chosen by `options`."""
-
-  def __init__(self, argv: list[str], *, options: CliOptions, **kwargs: Any):
-    check_tunix_seams()
-    self.options = options
-    self.rl_cluster: Any = None
-    self._admission: Any = None
-    # --run_eval: the test split (dealt like the training batches where
-    # those are), and the comparison mode's evaluation admission.
-    self._eval_ds: Any = None
-    self._eval_admission: Any = None
-    self._mesh_choice: Any = None  # mcjax: set by create_role_to_mesh.
-    super().__init__(argv, **kwargs)
-
-  @property
-  def _num_generations(self) -> int:
-    return int(self._config_mapping("grpo_config").get("num_generations", 1))
-
-  # --- meshes and cluster config (public GrpoPipeline methods) ---------------
-
-  def create_role_to_mesh(self):
-    if not self.options.multi_controller:
-      try:
-        return super().create_role_to_mesh()
-      except ValueError:
-        fallback = self._coordless_role_to_mesh()
-        if fallback is None:
-          raise
-        return fallback
-    import jax  # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
-
-    shape, _ = self.parse_mesh_config("actor_model_config")
-    choice = self.mesh_choice(num_hosts=jax.process_count(),
-                              devices_per_host=jax.local_device_count())
-    if choice.reason and jax.process_index() == 0:
-      print(f"[grpo_main] mesh: {choice.describe()} ({choice.reason})",
-            flush=True)
-    mesh = runtime.global_mesh(
-        tp=choice.shape[-1], axis_names=choice.axis_names, kind=choice.kind)
-    if mesh.devices.size != math.prod(shape):
-      raise ConfigError(
-          f"actor_model_config.mesh.shape={shape} but this job has"
-          f" {mesh.devices.size} devices; make the mesh size equal the"
-          " number of devices."
-      )
-    self._mesh_choice = choice
-    # check_mcjax_config has ensured every role is owned by the actor.
-    return {role: mesh for role in tunix_cli.resolve_mesh_owners(self)}
-
-  def mesh_choice(self, *, num_hosts: int, devices_per_host: int) -> Any:
-    """The mcjax trainer mesh (`support.MeshChoice`) of this config and
-    --mesh; no devices used. Raises ConfigError for a mesh that cannot work.
-
-    The model's widths come from a local checkpoint's config.json; for a
-    hub model they are unknown and --mesh=auto keeps the config's kind.
-    """
-    shape, names = self.parse_mesh_config("actor_model_config")
-    dims = {}
-    for key in ("actor_model_config", "model_config"):
-      path = checkpoints.local_checkpoint_dir(self._config_mapping(key))
-      if path is not None:
-        with open(os.path.join(path, "config.json")) as f:
-          dims = support.hf_model_dims(json.load(f))
-        break
-    choice, problem = support.config_mesh(
-        shape, names, mesh=self.options.mesh or "auto", num_hosts=num_hosts,
-        devices_per_host=devices_per_host, dims=dims)
-    if problem is not None:
-      raise ConfigError(problem.message)
-    return choice
-
-  def _coordless_role_to_mesh(self):
-    """The colocated mesh on devices without physical coordinates, or None.
-
-    Tunix 0.1.7's mesh allocator only places meshes on devices that report
-    physical coordinates (TPUs) and fails on CPU and GPU devices, even when
-    every role shares one mesh and there is nothing to allocate. Only then
-    (no coordinates, a single mesh owner) does this build the actor's mesh
-    over the first devices in order, as Tunix 0.1.6 did; every other failure
-    of the stock allocator is re-raised unchanged.
-
-    Returns:
-      The role-to-mesh mapping, or None where the stock error stands.
-    """
-    # pylint: disable=g-import-not-at-top
-    import jax
-    from tunix.utils import mesh as mesh_lib
-    # pylint: enable=g-import-not-at-top
-
-    devices = list(jax.devices())
-    if mesh_lib.get_coord_topology(devices) is not None:
-      return None
-    try:
-      owners = tunix_cli.resolve_mesh_owners(self)
-      shape, names = self.parse_mesh_config("actor_model_config")
-    except ValueError:
-      return None  # A config error: the stock one is re-raised.
-    if set(owners.values()) != {compat.Role.ACTOR}:
-      return None
-    if math.prod(shape) > len(devices):
-      return None
-    logging.warning(
-        "Devices expose no physical coordinates; placing the shared actor"
-        " mesh %s on the first %d of %d devices in order.",
-        shape,
-        math.prod(shape),
-        len(devices),
-    )
-    mesh = mesh_lib.create_mesh(
-        shape, names, devices=devices[: math.prod(shape)]
-    )
-    return {role: mesh for role in owners}
-
-  def create_cluster_config(self, *, role_to_mesh, rollout_config=None):
-    cluster_config = super().create_cluster_config(
-        role_to_mesh=role_to_mesh, rollout_config=rollout_config
-    )
-    choice = self._mesh_choice
-    tc = cluster_config.training_config
-    if choice is not None and choice.kind == "hsdp" and not set(
-        choice.batch_axes) <= set(support.batch_axes(tc.data_sharding_axis)):
-      # hsdp splits the batch over hosts (data) and a host's devices (fsdp);
-      # Tunix's default ("fsdp",) would ask every host for every row.
-      logging.info("hsdp mesh: data_sharding_axis %s -> %s",
-                   tc.data_sharding_axis, choice.batch_axes)
-      cluster_config = dataclasses.replace(
-          cluster_config, training_config=dataclasses.replace(
-              tc, data_sharding_axis=choice.batch_axes))
-    if not self.options.placement_invariant_sampling:
-      return cluster_config
-    # Comparison mode: the stock cluster with the mcjax native engine, keyed
-    # by the row ids that single-host admission records (as grpo_job.py).
-    # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import admission as admission_lib
-    # Importing tunix_mcjax.engines registers the built-in engines.
-    from tunix_mcjax.engines import EngineContext
-    from tunix_mcjax.registry import ENGINES
-    # pylint: enable=g-import-not-at-top
-
-    self._admission = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=1, host_index=0, num_generations=self._num_generations
-        )
-    )
-    # Test-split rows: their own ledger and identities, as under mcjax.
-    self._eval_admission = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=1, host_index=0, num_generations=self._num_generations
-        )
-    )
-    self._row_ids = admission_lib.TrainEvalRowIds(
-        self._admission.ledger, self._eval_admission.ledger
-    )
-    return dataclasses.replace(
-        cluster_config,
-        rollout_engine=functools.partial(
-            ENGINES.get("native"),
-            context=EngineContext(
-                row_ids=self._row_ids, reshard_on_update=True
-            ),
-        ),
-    )
-
-  # --- the three replaced call sites ------------------------------------------
-
-  def create_rl_cluster(self, tokenizer):
-    model_lib = tunix_cli.pipeline_module("model_lib")
-    replacements = {
-        "model_lib": {
-            "create_model": functools.partial(self._create_model, model_lib)
-        }
-    }
-    if self.options.multi_controller:
-      replacements["rl_cluster_lib"] = {"RLCluster": self._create_mcjax_cluster}
-    with tunix_cli.replaced_calls(**replacements):
-      cluster = super().create_rl_cluster(tokenizer)
-    if self.options.multi_controller:
-      from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-
-      if not isinstance(cluster, cluster_lib.McJaxRLCluster):
-        raise RuntimeError(
-            "Tunix's GrpoPipeline built a stock RLCluster instead of the mcjax"
-            " one; this Tunix version is not supported by tunix_mcjax.cli."
-        )
-    elif self.options.metrics_out:
-      StockStepRecorder(cluster, self.options.metrics_out, self._admission)
-    if (not self.options.multi_controller
-        and self.options.placement_invariant_sampling):
-      from tunix_mcjax import admission as admission_lib  # pylint: disable=g-import-not-at-top
-
-      admission_lib.route_eval_generate(cluster, self._row_ids)
-    self.rl_cluster = cluster
-    return cluster
-
-  def obtain_reward_fn(self):
-    # Tunix asks for the reward functions after the cluster exists: time them
-    # into the step's `reward` phase (values, names and signatures unchanged).
-    fns = super().obtain_reward_fn()
-    if self.options.reward_workers:
-      from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
-
-      # Started once per host; its workers exit with the process.
-      self._reward_pool = rewards_pool.RewardPool(
-          fns, num_workers=self.options.reward_workers)
-      fns = self._reward_pool.fns
-    # A reward function that raises, returns NaN or the wrong number of
-    # values is an error naming it (Tunix would nansum NaN into 0).
-    from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
-
-    fns = validation.checked_reward_fns(fns)
-    clock = getattr(self.rl_cluster, "step_clock", None)
-    return fns if clock is None else telemetry.timed_reward_fns(fns, clock)
-
-  def run_grpo_trainer(self):
-    result = self._train()
-    if self.options.params_out:
-      self._write_params(self.options.params_out)
-    return result
-
-  def _write_params(self, path: str) -> None:
-    """The actor's final parameters, gathered (a collective on every host);
-    host 0 writes them as .npz, by parameter path."""
-    # pylint: disable=g-import-not-at-top
-    import jax
-    import numpy as np
-    from tunix_mcjax import publication
-    # pylint: enable=g-import-not-at-top
-
-    params = publication.gathered_params(self.rl_cluster.actor_trainer.model)
-    if jax.process_index() == 0:
-      np.savez(path, **params)
-
-  def _train(self):
-    if not (self.options.deals_prompts or self.options.run_eval):
-      return super().run_grpo_trainer()
-    mode = self.config.get("training_mode", "grpo")
-    if mode != "grpo":
-      raise ConfigError(
-          f"training_mode={mode!r} cannot deal prompts over hosts or run"
-          " --run_eval; use training_mode=grpo."
-      )
-    real = tunix_cli.pipeline_module("data_lib")
-    with tunix_cli.replaced_calls(
-        data_lib={
-            "post_init_dataset": functools.partial(
-                self._post_init_dataset, real.post_init_dataset
-            )
-        }
-    ), (
-        tunix_cli.learner_with_eval(_LazyIterable(lambda: self._eval_ds))
-        if self.options.run_eval else contextlib.nullcontext()
-    ):
-      return super().run_grpo_trainer()
-
-  def create_actor_model(self, mesh) -> Any:
-    """The actor's model on `mesh`, as Tunix's `create_rl_cluster` builds it
-    (the reference section's model without LoRA, then the actor's LoRA).
-
-    For mcjax_da's rollout hosts (`da.model_source.CliSource`): the trainers'
-    publications then replace its weights.
-    """
-    model_lib = tunix_cli.pipeline_module("model_lib")
-    reference = dict(self._config_mapping("reference_model_config"))
-    reference.pop("lora_config", None)
-    model, _ = self._create_model(
-        model_lib, reference, self._config_mapping("tokenizer_config"), mesh)
-    lora = self._config_mapping("actor_model_config").get("lora_config")
-    if lora:
-      model = model_lib.apply_lora_to_model(model, mesh, lora)
-    return model
-
-  def create_tokenizer(self) -> Any:
-    """The tokenizer Tunix's pipeline builds from `tokenizer_config`."""
-    model_lib = tunix_cli.pipeline_module("model_lib")
-    config = self._config_mapping("tokenizer_config")
-    return model_lib.create_tokenizer(config, config["tokenizer_path"])
-
-  def _create_model(self, real_model_lib, model_config, tokenizer_config, mesh):
-    path = checkpoints.local_checkpoint_dir(model_config)
-    if path is None:
-      return real_model_lib.create_model(model_config, tokenizer_config, mesh)
-    model = checkpoints.load_local_checkpoint(path, model_config, mesh)
-    # The rest of Tunix's create_model, unchanged.
-    if model_config.get("lora_config"):
-      model = real_model_lib.apply_lora_to_model(
-          model, mesh, model_config["lora_config"]
-      )
-    if model_config.get("model_display"):
-      from flax import nnx  # pylint: disable=g-import-not-at-top
-
-      nnx.display(model)
-    return model, tokenizer_config["tokenizer_path"]
-
-  def _create_mcjax_cluster(self, **kwargs: Any):
-    import tunix_mcjax  # pylint: disable=g-import-not-at-top
-
-    if self.options.backend == "mcjax_da":
-      # The trainer hosts' cluster; its engine is this host's rollout hosts.
-      kwargs.update(da=self.options.da_options(),
-                    num_generations=self._num_generations)
-    return tunix_mcjax.create_rl_cluster(
-        self.options.backend, options=self.mcjax_options(), **kwargs
-    )
-
-  def mcjax_options(self) -> Any:
-    """The mcjax cluster's `McJaxOptions` from this command line."""
-    from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-
-    return cluster_lib.McJaxOptions(
-        metrics_out=self.options.metrics_out,
-        engine=self.options.engine,
-        optimizations=self.options.optimizations(),
-        transfer_guard=self.options.transfer_guard,
-    )
-
-  def _post_init_dataset(self, real_post_init, dataset, tokenizer, **kwargs):
-    train, rest = real_post_init(dataset, tokenizer, **kwargs)
-    if self.options.run_eval:
-      if rest is None:
-        raise ConfigError(
-            "--run_eval needs a test split: set train_fraction below 1 (the"
-            " batches after it are the test split)."
-        )
-      self._eval_ds = rest
-      if self.options.deals_prompts:
-        self._eval_ds = data.DealtDataset(
-            rest, batch_size=kwargs["batch_size"], deal=self._deal_eval
-        )
-    if not self.options.deals_prompts:
-      return train, rest
-    return (
-        data.DealtDataset(
-            train, batch_size=kwargs["batch_size"], deal=self._deal
-        ),
-        rest,
-    )
-
-  def _deal_eval(self, global_batches):
-    """This host's share of each global test batch, with eval row ids."""
-    if self.rl_cluster is None:
-      raise RuntimeError("The dataset was iterated before the cluster exists.")
-    if self.options.multi_controller:
-      return self.rl_cluster.shard_eval_dataset(
-          global_batches, num_generations=self._num_generations
-      )
-    return self._eval_admission.shard_eval(global_batches)
-
-  def _deal(self, global_batches):
-    """This host's share of each global batch, with row ids recorded."""
-    if self.rl_cluster is None:
-      raise RuntimeError("The dataset was iterated before the cluster exists.")
-    if self.options.multi_controller:
-      return self.rl_cluster.shard_dataset(
-          global_batches, num_generations=self._num_generations,
-          loss_agg_mode=(self.config.get("grpo_config") or {}).get(
-              "loss_agg_mode", "sequence-mean-token-mean"),
-      )
-    return self._admission.shard(global_batches)
-
-
-class _LazyIterable:
-  """Iterates what `get()` returns at iteration time (the test split exists
-  only once Tunix's `_run` has built its datasets)."""
-
-  def __init__(self, get: Callable[[], Iterable[Any]]):
-    self._get = get
-
-  def __iter__(self) -> Iterator[Any]:
-    return iter(self._get())
+# The pipeline's names, as callers have read them from here.
+GrpoCliPipeline = pipeline.GrpoCliPipeline
+StockStepRecorder = pipeline.StockStepRecorder
+check_mcjax_config = pipeline.check_mcjax_config
+check_tunix_seams = pipeline.check_tunix_seams
+run_pipeline = pipeline.run_pipeline
 
 
 # --- entry point --------------------------------------------------------------
@@ -512,13 +102,6 @@ class _LazyIterable:
 def _fail(message: str) -> NoReturn:
   print(f"grpo_main: error: {message}", file=sys.stderr, flush=True)
   sys.exit(2)
-
-
-def run_pipeline(argv: list[str], options: CliOptions) -> None:
-  """Tunix's own `main` with our pipeline class in place of GrpoPipeline."""
-  tunix_cli.run_main(
-      argv, functools.partial(GrpoCliPipeline, options=options)
-  )
 
 
 def _main_tunix(argv: list[str], options: CliOptions) -> None:

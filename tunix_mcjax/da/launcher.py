@@ -22,8 +22,8 @@ Ray session (`ray_local`: locally a head bound to 127.0.0.1), then:
    Ray makes visible to it, on the platform JAX finds; or, for simulated
    hosts, `devices_per_host` fake CPU devices), named so that trainer hosts
    find them;
-2. T trainer hosts: Ray actors that each run the GRPO job
-   (`recipes.grpo_job.run`, backend "mcjax_da") as one process of the
+2. T trainer hosts: Ray actors that each run the entry point's task
+   (`model_source.TrainerTask`, backend "mcjax_da") as one process of the
    trainers' multi-controller JAX program (`jax.distributed` over the
    trainer processes only). Trainer host 0 runs its coordinator: on
    loopback under a local head; on an existing cluster at its node's IP
@@ -55,6 +55,7 @@ from tunix_mcjax import compilation_cache
 from tunix_mcjax import launch
 from tunix_mcjax import platforms
 from tunix_mcjax import runtime
+from tunix_mcjax.da import model_source
 from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import ray_local
 from tunix_mcjax.da import rollout_host
@@ -299,15 +300,19 @@ def host_devices(
                      reason=f"{count} {name}s found here")
 
 
-def run_local(job: Any, *, devices_per_host: int | None, timeout_s: float,
+def run_local(task: model_source.TrainerTask, *,
+              rollout_source: model_source.ModelSource,
+              devices_per_host: int | None, timeout_s: float,
               session: ray_local.RaySessionConfig | None = None,
               ray_address: str | None = None,
-              placement: Placement | None = None,
-              rollout_source: Any = None) -> dict[str, Any]:
-  """Runs `job` (backend "mcjax_da") on Ray; returns host 0's summary.
+              placement: Placement | None = None) -> dict[str, Any]:
+  """Runs a job (backend "mcjax_da") on Ray; returns host 0's summary.
 
   Args:
-    job: the job's `GrpoJobConfig`.
+    task: what every trainer host runs (the entry point's
+      `model_source.TrainerTask`; its `da_options()` give the host counts).
+    rollout_source: what every rollout host builds its model and engine from
+      (the entry point's `model_source.ModelSource`).
     devices_per_host: fake CPU devices of each host's process; None: the
       accelerators of each host's bundle (`host_devices`).
     timeout_s: the longest wait for the rollout hosts' start and the job.
@@ -317,15 +322,12 @@ def run_local(job: Any, *, devices_per_host: int | None, timeout_s: float,
       ("auto", "HOST:PORT" of its GCS, "ray://HOST:PORT"), which the job only
       connects to and leaves running.
     placement: the hosts' placement group (default `Placement()`).
-    rollout_source: what rollout hosts build their model and engine from (a
-      `model_source.ModelSource`, e.g. the CLI's); None: `job`. A `job`
-      with a `run()` method (the CLI's `CliTask`) is what trainer hosts run.
 
   Raises:
     RuntimeError: naming the host that failed (its traceback is printed by
       Ray above), the placement the cluster could not grant, or the timeout.
   """
-  da = job.da_options()
+  da = task.da_options()
   placement = placement or Placement()
   total = da.trainer_hosts + da.rollout_hosts
   if session is None:
@@ -345,7 +347,7 @@ def run_local(job: Any, *, devices_per_host: int | None, timeout_s: float,
     group = _place(total, placement, timeout_s=timeout_s)
     actors = []
     try:
-      summaries = _run_hosts(job, da, group, placement, actors,
+      summaries = _run_hosts(task, da, group, placement, actors,
                              rollout_source=rollout_source,
                              devices_per_host=devices_per_host,
                              timeout_s=timeout_s, local=session.local)
@@ -376,10 +378,11 @@ def _place(hosts: int, placement: Placement, *, timeout_s: float) -> Any:
   return group
 
 
-def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
-               placement: Placement, actors: list[Any], *,
-               devices_per_host: int | None, timeout_s: float, local: bool,
-               rollout_source: Any = None) -> list[Any]:
+def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
+               group: Any, placement: Placement, actors: list[Any], *,
+               rollout_source: model_source.ModelSource,
+               devices_per_host: int | None, timeout_s: float,
+               local: bool) -> list[Any]:
   """Starts the hosts (appended to `actors` as they are made); waits."""
   import ray  # pylint: disable=g-import-not-at-top
   from ray.util import scheduling_strategies  # pylint: disable=g-import-not-at-top
@@ -402,7 +405,7 @@ def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
         # rows (`remote_engine.RolloutLink`).
         max_restarts=ROLLOUT_RESTARTS,
         **actor_opts(i),
-    ).remote(job if rollout_source is None else rollout_source, i))
+    ).remote(rollout_source, i))
     actors.append(rollouts[-1])
   _wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
             what="rollout hosts to build their engines",
@@ -433,7 +436,7 @@ def _run_hosts(job: Any, da: options_lib.DaOptions, group: Any,
         num_hosts=da.trainer_hosts, host_id=i,
         devices_per_host=devices_per_host))
   return _wait_all(
-      [t.run.remote(job) for t in trainers], timeout_s=timeout_s,
+      [t.run.remote(task) for t in trainers], timeout_s=timeout_s,
       what="the trainer hosts to finish the job", names=names)
 
 

@@ -12,20 +12,20 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Where a rollout host gets its model, tokenizer and engine settings.
+"""What the disaggregated mode takes from an entry point: two protocols.
 
 A rollout host (`rollout_host.RolloutHost`) builds the actor's model on its
 own devices (the trainers' first publication then replaces its weights) and
-an engine around it. What describes the job differs by entry point: the GRPO
-example's `GrpoJobConfig` (`GrpoJobSource`) or Tunix's GRPO command line
-(`CliSource`: its arguments and `CliOptions`). A source is picklable (Ray
-sends it to the rollout process) and does its work there, in `build`.
+an engine around it, from a `ModelSource`; a trainer host
+(`trainer_host.TrainerHost`) runs a `TrainerTask`. The entry points implement
+both (`recipes.da_job` for the GRPO example's job, `cli.disaggregated` for
+Tunix's command line) and hand them to `launcher.run_local` explicitly: this
+mode never imports an entry point. Both are picklable (Ray sends them to the
+host processes) and do their work there.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Protocol
 
 
@@ -51,111 +51,13 @@ class ModelSource(Protocol):
     """The actor's model on `mesh` (host-local) and the tokenizer."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GrpoJobSource:
-  """The GRPO example's job (`recipes.job_config.GrpoJobConfig`)."""
+class TrainerTask(Protocol):
+  """What every trainer host runs (the job's GRPO loop, on the
+  `McJaxDaRLCluster` backend)."""
 
-  job: Any
+  def da_options(self) -> Any:
+    """The job's `da.options.DaOptions` (host counts, staleness, namespace)."""
 
-  @property
-  def engine(self) -> str:
-    # 'vanilla' (Tunix's own sampler) is the native engine here.
-    return "native" if self.job.engine == "vanilla" else self.job.engine
-
-  @property
-  def seed(self) -> int:
-    return self.job.seed
-
-  @property
-  def cache_size(self) -> int:
-    from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
-
-    return engine_base.default_cache_size(self.rollout_config())
-
-  def rollout_config(self) -> Any:
-    from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
-
-    return grpo_job.train_rollout_config(self.job)
-
-  def build(self, mesh: Any) -> tuple[Any, Any]:
-    from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
-
-    if self.job.trainer == "maxtext":
-      # The engine's Tunix Qwen3, not the MaxText actor: the trainers map
-      # their parameters into its layout before publishing.
-      return grpo_job.maxtext_engine_model(self.job, mesh)
-    # The job's own model code (with its LoRA adapters, if any).
-    actor, _, tokenizer = grpo_job._build_models(self.job, mesh)  # pylint: disable=protected-access
-    return actor, tokenizer
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CliSource:
-  """Tunix's GRPO command line: its arguments (base config resolved) and
-  `CliOptions`; parsed again in the rollout process.
-
-  The model is the actor's as Tunix's `create_rl_cluster` builds it (the
-  reference section's model without LoRA, then the actor's LoRA), so that
-  the trainers' publications fit it; `cli.disaggregated.plan` has refused a
-  rollout section whose model differs.
-  """
-
-  argv: tuple[str, ...]
-  options: Any
-
-  @functools.cached_property
-  def _settings(self) -> dict[str, Any]:
-    # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import support
-    from tunix_mcjax.engines import base as engine_base
-    # pylint: enable=g-import-not-at-top
-
-    pipeline = self._pipeline()
-    rollout_config = pipeline.create_rollout_config()
-    engine = self.options.engine or support.mcjax_engine_name(
-        pipeline.config.get("rollout_engine") or "vanilla")
-    return {
-        "engine": engine,
-        "rollout_config": rollout_config,
-        # As the colocated engine resolves them (no explicit seed or size).
-        "seed": engine_base.default_seed(rollout_config),
-        "cache_size": engine_base.default_cache_size(rollout_config),
-    }
-
-  def _pipeline(self) -> Any:
-    from tunix_mcjax.cli import grpo_main  # pylint: disable=g-import-not-at-top
-
-    return grpo_main.GrpoCliPipeline(list(self.argv), options=self.options)
-
-  @property
-  def engine(self) -> str:
-    return self._settings["engine"]
-
-  @property
-  def seed(self) -> int:
-    return self._settings["seed"]
-
-  @property
-  def cache_size(self) -> int:
-    return self._settings["cache_size"]
-
-  def rollout_config(self) -> Any:
-    return self._settings["rollout_config"]
-
-  def build(self, mesh: Any) -> tuple[Any, Any]:
-    pipeline = self._pipeline()
-    return pipeline.create_actor_model(mesh), pipeline.create_tokenizer()
-
-  def __getstate__(self) -> dict[str, Any]:
-    # Only the arguments travel; the settings are derived where used.
-    return {"argv": self.argv, "options": self.options}
-
-  def __setstate__(self, state: dict[str, Any]) -> None:
-    self.__dict__.update(state)
-
-
-def as_source(job_or_source: Any) -> ModelSource:
-  """A `ModelSource` as is; a `GrpoJobConfig` as a `GrpoJobSource`."""
-  if callable(getattr(type(job_or_source), "build", None)):
-    return job_or_source
-  return GrpoJobSource(job=job_or_source)
+  def run(self) -> dict[str, Any]:
+    """Runs this trainer host (the launcher's environment names it) and
+    returns its summary (backend, num_hosts, steps, wall_s, records)."""

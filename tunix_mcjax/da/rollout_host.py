@@ -56,25 +56,22 @@ class RolloutHost:
   """Builds the job's model on this process's devices and serves requests.
 
   Args:
-    job: the job's `GrpoJobConfig` (model, engine, seed, sampling settings),
-      or a `model_source.ModelSource` (e.g. the CLI's `CliSource`).
+    source: where the model, engine, seed and sampling settings come from
+      (a `model_source.ModelSource` of the entry point).
     index: this rollout host's index (for messages and metrics).
   """
 
-  def __init__(self, job: Any, index: int):
+  def __init__(self, source: Any, index: int):
     # pylint: disable=g-import-not-at-top
     import jax
 
     from tunix_mcjax import engines  # Registers the built-in engines.
     from tunix_mcjax import runtime
-    from tunix_mcjax.da import model_source
     from tunix_mcjax.engines import base as engine_base
     from tunix_mcjax.registry import ENGINES
     # pylint: enable=g-import-not-at-top
 
     del engines
-    # The example's GrpoJobConfig, or the CLI's arguments (`model_source`).
-    source = model_source.as_source(job)
     self.index = index
     self._version = -1
     self._row_ids = _GivenRowIds()

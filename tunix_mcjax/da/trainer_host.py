@@ -49,15 +49,8 @@ class TrainerHost:
     """The job's variables (coordinator, host id), before JAX starts here."""
     os.environ.update(env)
 
-  def run(self, job: Any) -> dict[str, Any]:
-    """Runs `job`: a `GrpoJobConfig`, or a task with `run()` (e.g. the
-    CLI's `cli.disaggregated.CliTask`). Returns its summary."""
-    task_run = getattr(job, "run", None)
-    if callable(task_run):
-      summary = task_run()
-    else:
-      from tunix_mcjax.recipes import grpo_job  # pylint: disable=g-import-not-at-top
-
-      summary = grpo_job.run(job)
+  def run(self, task: Any) -> dict[str, Any]:
+    """Runs `task` (a `model_source.TrainerTask`); returns its summary."""
+    summary = task.run()
     return {k: summary[k] for k in ("backend", "num_hosts", "steps",
                                     "wall_s", "records") if k in summary}

@@ -94,6 +94,7 @@ from tunix_mcjax.support.meshes import host_blocks
 from tunix_mcjax.support.meshes import mesh_layout
 from tunix_mcjax.support.meshes import topology_order
 from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.support.problem import raise_first
 
 __all__ = [
     # batches
@@ -154,4 +155,5 @@ __all__ = [
     "topology_order",
     # problem
     "Problem",
+    "raise_first",
 ]
