@@ -15,8 +15,9 @@
 """Host-aware meshes: devices host by host, physical order within a host.
 
 `global_mesh` spans every device of every host so that a contiguous block of
-its first axis belongs to one host (`host_mesh_view` relies on it to expose a
-leading "host" axis over the same devices); `local_mesh` is one host's own.
+its first axis belongs to one host; `local_mesh` is one host's own (the
+publication's host view, `publication.host_view_mesh`, lays every host's
+block out like it).
 Device order: `support.meshes.topology_order`. `runtime` re-exports these
 names. Importing this module does not import jax.
 """
@@ -49,8 +50,8 @@ def _check_axis_names(
     )
   if HOST_AXIS in names:
     raise ValueError(
-        f"axis_names={names!r} may not use {HOST_AXIS!r}: host_mesh_view adds"
-        " that axis."
+        f"axis_names={names!r} may not use {HOST_AXIS!r}: publication's host"
+        " view adds that axis."
     )
   return names
 
@@ -139,43 +140,3 @@ def local_mesh(
   if len(names) == 3:
     grid = grid[None]
   return Mesh(grid, names)
-
-
-def host_mesh_view(mesh: Mesh) -> Mesh:
-  """The same devices as `mesh` with a leading "host" axis.
-
-  For a `global_mesh()` of shape (F, T) the view has shape
-  (hosts, F // hosts, T) and axes ("host", "fsdp", "tp"). Sharding over the
-  host-local axes only (replicated over "host") gives every host a full copy
-  laid out over its own devices, which is what publishing weights to a
-  host-local engine needs.
-
-  Args:
-    mesh: A mesh whose first axis is host-contiguous, e.g. `global_mesh()`.
-
-  Returns:
-    The reshaped mesh.
-  """
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  if HOST_AXIS in mesh.axis_names:
-    raise ValueError(
-        f"mesh already has a {HOST_AXIS!r} axis: {mesh.axis_names}."
-    )
-  devices = np.asarray(mesh.devices)
-  hosts = sorted({d.process_index for d in devices.flat})
-  if devices.shape[0] % len(hosts):
-    raise ValueError(
-        f"mesh axis {mesh.axis_names[0]!r} has size {devices.shape[0]}, not a"
-        f" multiple of the {len(hosts)} hosts; build it with global_mesh()."
-    )
-  view = devices.reshape(
-      len(hosts), devices.shape[0] // len(hosts), *devices.shape[1:]
-  )
-  for host, block in zip(hosts, view):
-    if any(d.process_index != host for d in block.flat):
-      raise ValueError(
-          f"mesh {mesh.axis_names} is not host-contiguous along its first"
-          " axis (a block mixes hosts); build it with global_mesh()."
-      )
-  return Mesh(view, (HOST_AXIS, *mesh.axis_names))

@@ -25,7 +25,7 @@ It picks one of three start-ups:
   auto-detection fills in the coordinator, process count and id.
 * "single": none of the above; one process, no distributed service.
 
-The host-aware meshes (`global_mesh`, `local_mesh`, `host_mesh_view`) live in
+The host-aware meshes (`global_mesh`, `local_mesh`) live in
 `device_meshes` and are re-exported here.
 
 Importing this module does not import jax (the launcher reads the
@@ -51,7 +51,6 @@ from absl import logging
 from tunix_mcjax.device_meshes import HOST_AXIS
 from tunix_mcjax.device_meshes import global_mesh
 from tunix_mcjax.device_meshes import host_contiguous_devices
-from tunix_mcjax.device_meshes import host_mesh_view
 from tunix_mcjax.device_meshes import local_mesh
 # pylint: enable=unused-import,g-importing-member
 
