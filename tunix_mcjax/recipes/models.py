@@ -539,6 +539,15 @@ def load_hf_qwen3_tokenizer(path: str | os.PathLike[str]) -> Any:
   # Imported lazily: transformers is heavy and only this path needs it.
   import transformers  # pylint: disable=g-import-not-at-top
 
-  return transformers.AutoTokenizer.from_pretrained(
-      str(root), local_files_only=True
-  )
+  try:
+    return transformers.AutoTokenizer.from_pretrained(
+        str(root), local_files_only=True
+    )
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    # A broken or partial tokenizer file fails deep inside transformers.
+    from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
+
+    raise validation.InputError(
+        f"cannot load the tokenizer in {str(root)!r} ({type(e).__name__}:"
+        f" {e}); save a working one there (tokenizer.save_pretrained)."
+    ) from e
