@@ -45,7 +45,9 @@ def test_what_keeps_hosts_from_being_forked(tmp_path):
       jax.devices()
       print(host_fork.fork_blocker([env]))
   """)
-  env = launch_utils.launcher_env()
+  # CPU only: probing for a TPU backend starts jax's warning Timer thread,
+  # which can still be alive when the last line checks for threads.
+  env = launch_utils.launcher_env({"JAX_PLATFORMS": "cpu"})
   env.pop(host_fork.ENV_HOST_START, None)
   env.pop("JAX_ENABLE_X64", None)
   result = subprocess.run([sys.executable, "-c", code], env=env,
