@@ -382,12 +382,21 @@ def _user_error(e: Exception) -> NoReturn:
 
 def _check_before_start(cfg: grpo_job.GrpoJobConfig, *, num_hosts: int,
                         devices_per_host: int) -> None:
-  """Raises ValueError for what needs no device, before any host starts."""
+  """Raises ValueError for what needs no device, before any host starts
+  (every backend; the hosts run the job's own checks again)."""
   # Bad batch sizes, engines, paths and meshes.
   grpo_job.check_job(cfg, num_hosts=num_hosts,
                      devices_per_host=devices_per_host)
   # Dataset rows, prompt lengths and the tokenizer.
   grpo_job.check_inputs(cfg)
+  if cfg.checkpoint_dir is not None:
+    from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
+
+    # An unwritable directory, or a checkpoint of another configuration:
+    # refused here rather than inside every host (or Ray actor).
+    checkpointing.check_writable(cfg.checkpoint_dir)
+    checkpointing.check_resume(cfg.checkpoint_dir,
+                               cfg.checkpoint_fingerprint())
 
 
 def main(argv: Sequence[str]) -> None:
@@ -404,7 +413,6 @@ def main(argv: Sequence[str]) -> None:
     _user_error(e)
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
 
   if cfg.backend == "mcjax_da":
     _run_disaggregated(cfg)
@@ -426,11 +434,6 @@ def main(argv: Sequence[str]) -> None:
             devices_per_host=plan.devices_per_host * plan.num_hosts)
       _check_before_start(cfg, num_hosts=plan.num_hosts,
                           devices_per_host=plan.devices_per_host)
-      if cfg.checkpoint_dir is not None:
-        # An unwritable directory, or a checkpoint of another configuration.
-        checkpointing.check_writable(cfg.checkpoint_dir)
-        checkpointing.check_resume(cfg.checkpoint_dir,
-                                   cfg.checkpoint_fingerprint())
     except ValueError as e:
       _user_error(e)
     try:
@@ -466,7 +469,6 @@ def _run_host(cfg: grpo_job.GrpoJobConfig) -> None:
 
 def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   """--backend=mcjax_da: trainer and rollout hosts as Ray actors (local)."""
-  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import da_job  # pylint: disable=g-import-not-at-top
@@ -481,11 +483,6 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
         ray_address=_RAY_ADDRESS.value, machine=platforms.detect_machine())
     _check_before_start(cfg, num_hosts=cfg.trainer_hosts,
                         devices_per_host=devices.devices_per_host)
-    if cfg.checkpoint_dir is not None:
-      # As under mcjax: refused here rather than inside a Ray actor.
-      checkpointing.check_writable(cfg.checkpoint_dir)
-      checkpointing.check_resume(cfg.checkpoint_dir,
-                                 cfg.checkpoint_fingerprint())
   except ValueError as e:
     _user_error(e)
   print(f"[grpo_qwen3] mcjax_da hosts: {devices.describe()}", flush=True)
