@@ -20,6 +20,8 @@ import dataclasses
 import pathlib
 from typing import Any
 
+import tunix_mcjax
+
 # The baseline: Tunix exactly as a Tunix user runs it.
 BASELINE = "tunix-stock"
 # Stock Tunix cluster with mcjax's placement-invariant engine: draws the same
@@ -27,7 +29,8 @@ BASELINE = "tunix-stock"
 INVARIANT = "tunix-invariant"
 # Disaggregated (docs/disaggregated.md): trainer and rollout hosts apart.
 DA_BACKEND = "mcjax_da"
-BACKENDS = ("tunix", "mcjax", DA_BACKEND)
+# The registered cluster backends (tunix_mcjax.backends), not a copy.
+BACKENDS = tuple(tunix_mcjax.backend_names())
 # GSM8K's training split in the shared data folder beside the checkout.
 GSM8K_TRAIN = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
                / "gsm8k" / "train.jsonl")
