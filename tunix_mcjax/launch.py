@@ -66,6 +66,8 @@ EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 MIN_PYTHON = (3, 11)
 LOOPBACK = "127.0.0.1"
+# Seconds between SIGTERM and SIGKILL when the hosts are stopped.
+DEFAULT_GRACE_S = 5
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
@@ -177,6 +179,22 @@ def _check_python_version(exe: str, env: Mapping[str, str]) -> None:
     )
 
 
+def _check_sizes(*, num_hosts: int, devices_per_host: int, timeout_s: float,
+                 grace_s: float) -> None:
+  """The numeric part of `check_launch` (no process started)."""
+
+  def positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise LaunchError(f"{name} must be an integer >= 1, got {value!r}.")
+
+  positive_int("num_hosts", num_hosts)
+  positive_int("devices_per_host", devices_per_host)
+  if not timeout_s > 0:
+    raise LaunchError(f"--timeout must be > 0 seconds, got {timeout_s!r}.")
+  if not grace_s >= 0:
+    raise LaunchError(f"grace must be >= 0 seconds, got {grace_s!r}.")
+
+
 def check_launch(
     command: Sequence[str],
     *,
@@ -187,17 +205,8 @@ def check_launch(
     env: Mapping[str, str],
 ) -> None:
   """Raises LaunchError if the job cannot start; starts nothing itself."""
-
-  def positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise LaunchError(f"{name} must be an integer >= 1, got {value!r}.")
-
-  positive_int("num_hosts", num_hosts)
-  positive_int("devices_per_host", devices_per_host)
-  if not timeout_s > 0:
-    raise LaunchError(f"timeout must be > 0 seconds, got {timeout_s!r}.")
-  if not grace_s >= 0:
-    raise LaunchError(f"grace must be >= 0 seconds, got {grace_s!r}.")
+  _check_sizes(num_hosts=num_hosts, devices_per_host=devices_per_host,
+               timeout_s=timeout_s, grace_s=grace_s)
   if not command or not command[0]:
     raise LaunchError(
         "no command given: put it after '--', e.g."
@@ -346,7 +355,7 @@ def launch(
     devices_per_host: int | None = None,
     plan: platforms.LocalPlan | None = None,
     timeout_s: float = 3600,
-    grace_s: float = 5,
+    grace_s: float = DEFAULT_GRACE_S,
     env: Mapping[str, str] | None = None,
     host_main: Callable[[], object] | None = None,
 ) -> int:
@@ -588,9 +597,10 @@ def relaunch_as_local_hosts(
     plan = platforms.simulated(num_hosts, devices_per_host)
   program = this_program()
   command = [*program, *argv]
-  # Refused before anything is deleted (check_launch runs again in launch).
-  if not timeout_s > 0:
-    raise LaunchError(f"--timeout must be > 0 seconds, got {timeout_s!r}.")
+  # Refused before anything is deleted (launch checks the rest).
+  _check_sizes(num_hosts=plan.num_hosts,
+               devices_per_host=plan.devices_per_host, timeout_s=timeout_s,
+               grace_s=DEFAULT_GRACE_S)
   for path in fresh_files:
     if path and os.path.isdir(path):
       raise LaunchError(f"{path!r} is a directory, not a file the job can"
@@ -655,8 +665,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument(
       "--grace",
       type=float,
-      default=5,
-      help="seconds between SIGTERM and SIGKILL (default 5)",
+      default=DEFAULT_GRACE_S,
+      help=f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE_S})",
   )
   args, unknown = parser.parse_known_args(options)
   if unknown:
