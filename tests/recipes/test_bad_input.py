@@ -32,7 +32,7 @@ import launch_utils
 # Whole processes (about 4 s each, nearly all of it importing Tunix before
 # the refusal): the main suite runs them; the quick loop has the in-process
 # checks below.
-pytestmark_slow = pytest.mark.slow
+_slow = pytest.mark.slow
 
 
 def _example(tmp_path, *args, env=None):
@@ -95,7 +95,7 @@ CASES = ("timeout", "metrics_dir", "num_hosts", "empty_config",
          "null_question", "not_utf8")
 
 
-@pytestmark_slow
+@_slow
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case):
   args, expected = _cases(tmp_path)[case]
@@ -103,7 +103,7 @@ def test_bad_input_is_one_line_and_deletes_nothing(tmp_path, case):
   assert expected in line, line
 
 
-@pytestmark_slow
+@_slow
 def test_a_model_directory_without_a_tokenizer_is_refused(tmp_path):
   config = json.dumps(dict(model_type="qwen3", hidden_size=8,
                            intermediate_size=8, num_attention_heads=2,
@@ -113,7 +113,7 @@ def test_a_model_directory_without_a_tokenizer_is_refused(tmp_path):
   assert "has no tokenizer (none of tokenizer.json" in line, line
 
 
-@pytestmark_slow
+@_slow
 def test_a_broken_tokenizer_file_is_one_line(tmp_path):
   config = json.dumps(dict(model_type="qwen3", hidden_size=8,
                            intermediate_size=8, num_attention_heads=2,
@@ -123,7 +123,7 @@ def test_a_broken_tokenizer_file_is_one_line(tmp_path):
   assert f"cannot load the tokenizer in '{model}' (KeyError" in line, line
 
 
-@pytestmark_slow
+@_slow
 def test_a_coordinator_address_alone_is_refused(tmp_path):
   env = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1"}
   assert not {"JAX_NUM_PROCESSES", "JAX_PROCESS_ID"} & set(os.environ)

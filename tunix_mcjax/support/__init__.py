@@ -88,7 +88,6 @@ from tunix_mcjax.support.meshes import MeshChoice
 from tunix_mcjax.support.meshes import TP_DIMS
 from tunix_mcjax.support.meshes import choose_mesh
 from tunix_mcjax.support.meshes import config_mesh
-from tunix_mcjax.support.meshes import device_order_key
 from tunix_mcjax.support.meshes import hf_model_dims
 from tunix_mcjax.support.meshes import host_blocks
 from tunix_mcjax.support.meshes import mesh_layout
@@ -148,7 +147,6 @@ __all__ = [
     "TP_DIMS",
     "choose_mesh",
     "config_mesh",
-    "device_order_key",
     "hf_model_dims",
     "host_blocks",
     "mesh_layout",

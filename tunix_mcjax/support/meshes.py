@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -318,13 +319,8 @@ def topology_order(devices: Sequence[Any]) -> list[Any]:
 
 def _runs(values: Sequence[int]) -> str:
   """[0, 0, 1, 1, 0] -> "0 x2, 1 x2, 0 x1" (host order along an axis)."""
-  out = []
-  for v in values:
-    if out and out[-1][0] == v:
-      out[-1][1] += 1
-    else:
-      out.append([v, 1])
-  return ", ".join(f"{v} x{n}" for v, n in out)
+  return ", ".join(f"{v} x{len(list(run))}"
+                   for v, run in itertools.groupby(values))
 
 
 def host_blocks(devices: Any, axis_names: Sequence[str],
