@@ -472,7 +472,7 @@ def load_hf_qwen3(
     FileNotFoundError: If the directory, config.json or weights are missing.
     ValueError: On an unsupported checkpoint.
   """
-  _go_offline()
+  _prepare_transformers()
   root = pathlib.Path(path).expanduser()
   if not root.is_dir():
     raise FileNotFoundError(
@@ -512,9 +512,13 @@ def load_hf_qwen3(
   return model, load_hf_qwen3_tokenizer(root), config
 
 
-def _go_offline() -> None:
+def _prepare_transformers() -> None:
+  """Offline, and without transformers' import-time advisory that PyTorch is
+  missing: these recipes load tokenizers and configs only, and under CI=true
+  transformers prints that line twice, beside a one-line input error."""
   os.environ["HF_HUB_OFFLINE"] = "1"
   os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+  os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 def load_hf_qwen3_tokenizer(path: str | os.PathLike[str]) -> Any:
@@ -529,7 +533,7 @@ def load_hf_qwen3_tokenizer(path: str | os.PathLike[str]) -> Any:
   Raises:
     FileNotFoundError: If the directory does not exist.
   """
-  _go_offline()
+  _prepare_transformers()
   root = pathlib.Path(path).expanduser()
   if not root.is_dir():
     raise FileNotFoundError(
