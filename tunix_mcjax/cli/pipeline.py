@@ -89,11 +89,11 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     check_tunix_seams()
     self.options = options
     self.rl_cluster: Any = None
-    self._admission: Any = None
+    # The comparison mode's single-host admission (stock_engine).
+    self._stock: Any = None
     # --run_eval: the test split (dealt like the training batches where
-    # those are), and the comparison mode's evaluation admission.
+    # those are).
     self._eval_ds: Any = None
-    self._eval_admission: Any = None
     self._mesh_choice: Any = None  # mcjax: set by create_role_to_mesh.
     super().__init__(argv, **kwargs)
 
@@ -216,36 +216,12 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
       return cluster_config
     # Comparison mode: the stock cluster with the mcjax native engine, keyed
     # by the row ids that single-host admission records (as grpo_job.py).
-    # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import admission as admission_lib
-    # Importing tunix_mcjax.engines registers the built-in engines.
-    from tunix_mcjax.engines import EngineContext
-    from tunix_mcjax.registry import ENGINES
-    # pylint: enable=g-import-not-at-top
+    from tunix_mcjax import stock_engine  # pylint: disable=g-import-not-at-top
 
-    self._admission = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=1, host_index=0, num_generations=self._num_generations
-        )
-    )
-    # Test-split rows: their own ledger and identities, as under mcjax.
-    self._eval_admission = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=1, host_index=0, num_generations=self._num_generations
-        )
-    )
-    self._row_ids = admission_lib.TrainEvalRowIds(
-        self._admission.ledger, self._eval_admission.ledger
-    )
+    self._stock = stock_engine.StockAdmission(
+        num_generations=self._num_generations)
     return dataclasses.replace(
-        cluster_config,
-        rollout_engine=functools.partial(
-            ENGINES.get("native"),
-            context=EngineContext(
-                row_ids=self._row_ids, reshard_on_update=True
-            ),
-        ),
-    )
+        cluster_config, rollout_engine=self._stock.rollout_engine("native"))
 
   # --- the three replaced call sites ------------------------------------------
 
@@ -269,12 +245,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
             " one; this Tunix version is not supported by tunix_mcjax.cli."
         )
     elif self.options.metrics_out:
-      StockStepRecorder(cluster, self.options.metrics_out, self._admission)
-    if (not self.options.multi_controller
-        and self.options.placement_invariant_sampling):
-      from tunix_mcjax import admission as admission_lib  # pylint: disable=g-import-not-at-top
-
-      admission_lib.route_eval_generate(cluster, self._row_ids)
+      StockStepRecorder(cluster, self.options.metrics_out,
+                        None if self._stock is None else self._stock.train)
+    if self._stock is not None:
+      self._stock.route_eval(cluster)
     self.rl_cluster = cluster
     return cluster
 
@@ -429,7 +403,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
       return self.rl_cluster.shard_eval_dataset(
           global_batches, num_generations=self._num_generations
       )
-    return self._eval_admission.shard_eval(global_batches)
+    return self._stock.eval.shard_eval(global_batches)
 
   def _deal(self, global_batches):
     """This host's share of each global batch, with row ids recorded."""
@@ -441,7 +415,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
           loss_agg_mode=(self.config.get("grpo_config") or {}).get(
               "loss_agg_mode", "sequence-mean-token-mean"),
       )
-    return self._admission.shard(global_batches)
+    return self._stock.train.shard(global_batches)
 
 
 class _LazyIterable:

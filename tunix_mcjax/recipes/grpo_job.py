@@ -23,13 +23,8 @@ per-host dataset sharding.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
-import os
 import time
 from typing import Any
-
-import numpy as np
 
 from tunix_mcjax.recipes import validation
 
@@ -139,13 +134,6 @@ def _hsdp_sharding(shd: Any) -> Any:
       act_btf=(batch, *shd.act_btf[1:]),
       act_btnh=(batch, *shd.act_btnh[1:]),
   )
-
-
-def _npz_floats(arrays: dict[str, Any]) -> dict[str, Any]:
-  """bfloat16 arrays as float32 (exact) for .npz files, which store
-  ml_dtypes' types as opaque bytes."""
-  return {k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "V"
-          else v for k, v in arrays.items()}
 
 
 def _build_models(cfg: GrpoJobConfig, mesh):
@@ -299,16 +287,13 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   import optax  # pylint: disable=g-import-not-at-top
 
   import tunix_mcjax  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import admission as admission_lib  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import compat  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import stock_engine  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import telemetry  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import run_dump  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.telemetry import stock as telemetry_stock  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
-
-  del engines  # Registers the built-in engines.
   if cfg.backend == "tunix" and info.process_count > 1:
     raise ValueError(
         "The 'tunix' backend is single-controller: run it as one process"
@@ -361,9 +346,9 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   # is an error naming it (Tunix would nansum NaN into 0); outside the pool,
   # which pickles the functions themselves.
   reward_fns = validation.checked_reward_fns(reward_fns)
-  recorder = _Recorder(reward_fns) if cfg.dump_dir else None
-  if recorder is not None:
-    reward_fns = recorder.reward_fns
+  dump = run_dump.RunDump(cfg.dump_dir) if cfg.dump_dir else None
+  if dump is not None:
+    reward_fns = dump.reward_fns(reward_fns)
 
   rollout_config = train_rollout_config(cfg)
   training_config = compat.RLTrainingConfig(
@@ -427,21 +412,10 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     adapter = tokenizer_adapter.TokenizerAdapter(tokenizer)
     # The single controller admits (and tokenizes) every prompt, as the mcjax
     # hosts do for their shares.
-    adm = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=1, host_index=0, num_generations=cfg.num_generations),
-        length_fn=lambda ps: [len(adapter.encode(p)) for p in ps],
-    )
-    from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
-
-    # Evaluation prompts: their own ledger and identities, as under mcjax.
-    eval_adm = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=1, host_index=0, num_generations=cfg.num_generations),
-    )
-    row_ids = admission_lib.TrainEvalRowIds(adm.ledger, eval_adm.ledger)
-    engine_context = engine_base.EngineContext(
-        row_ids=row_ids, seed=cfg.seed, reshard_on_update=True)
+    stock = stock_engine.StockAdmission(
+        num_generations=cfg.num_generations,
+        length_fn=lambda ps: [len(adapter.encode(p)) for p in ps])
+    engine_context = stock.engine_context(seed=cfg.seed)
     fixes = None
     if engine_model is not None:
       # The learner compares actor and engine models (Tunix fix, undone at
@@ -462,9 +436,8 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     # --engine=vanilla: Tunix's own rollout, sharing the actor's weights
     # (no copy per step), exactly as a Tunix user runs it; it draws one
     # random stream per batch, so its samples differ from mcjax's.
-    stock_rollout = (
-        "vanilla" if cfg.engine == "vanilla" else functools.partial(
-            ENGINES.get(cfg.engine), context=engine_context))
+    stock_rollout = ("vanilla" if cfg.engine == "vanilla"
+                     else stock.rollout_engine(cfg.engine, engine_context))
     cluster = tunix_mcjax.create_rl_cluster(
         "tunix",
         cluster_config=compat.ClusterConfig(
@@ -478,26 +451,21 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     )
     # Step records with the mcjax schema, measured the same way.
     stock_recorder = telemetry_stock.StockClusterRecorder(
-        cluster, ledger=adm.ledger, metrics_out=cfg.metrics_out,
+        cluster, ledger=stock.train.ledger, metrics_out=cfg.metrics_out,
         trace_steps=tuple(cfg.trace_steps), trace_dir=cfg.trace_dir,
         take_rows=cfg.engine == "vanilla",
     )
-    train_ds = adm.shard(batches)
+    train_ds = stock.train.shard(batches)
     eval_ds = None
     if eval_batches is not None:
-      admission_lib.route_eval_generate(cluster, row_ids)
-      eval_ds = eval_adm.shard_eval(eval_batches)
-  learner_log = _LearnerMetricsLog() if cfg.dump_dir else None
-  if learner_log is not None:
-    # What Tunix's learner logs itself (rewards/*, completions/*, eval).
-    cluster.with_external_metrics_logger(learner_log)
+      stock.route_eval(cluster)
+      eval_ds = stock.eval.shard_eval(eval_batches)
   # Both clusters expose their step clock: reward scoring is its own phase.
   reward_fns = telemetry.timed_reward_fns(reward_fns, cluster.step_clock)
 
   learner = _learner(cfg, cluster, reward_fns)
-  if cfg.dump_dir:
-    # Lets tests check that training moved the parameters at all.
-    init_params = publication.gathered_params(cluster.actor_trainer.model)
+  if dump is not None:
+    dump.before_training(cluster)
   t0 = time.perf_counter()
   if cluster.global_steps < total_steps:
     learner.train(train_ds, eval_ds)
@@ -519,94 +487,9 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   )
   summary = {"backend": cfg.backend, "num_hosts": info.process_count,
              "steps": len(records), "wall_s": wall, "records": records}
-  if cfg.dump_dir:
-    params = publication.gathered_params(cluster.actor_trainer.model)
-    os.makedirs(cfg.dump_dir, exist_ok=True)
-    host = info.process_index
-    with open(os.path.join(cfg.dump_dir, f"rollouts_host{host}.json"), "w") as f:
-      json.dump(recorder.calls, f)
-    if recorder.eval_calls:
-      with open(os.path.join(cfg.dump_dir, f"eval_rollouts_host{host}.json"),
-                "w") as f:
-        json.dump(recorder.eval_calls, f)
-    if host == 0:
-      with open(os.path.join(cfg.dump_dir, "learner_metrics.json"), "w") as f:
-        json.dump(learner_log.entries, f)
-    if cfg.lora_rank is not None and cfg.backend != "mcjax_da":
-      # What this host's engine holds after the last publication: tests
-      # check it has the trained adapters and the untouched base (under
-      # mcjax_da the engines live on the rollout hosts).
-      np.savez(os.path.join(cfg.dump_dir, f"engine_params_host{host}.npz"),
-               **_npz_floats(_engine_params(cluster.rollout.model())))
-    if host == 0:
-      np.savez(os.path.join(cfg.dump_dir, "params.npz"), **_npz_floats(params))
-      np.savez(os.path.join(cfg.dump_dir, "params_init.npz"),
-               **_npz_floats(init_params))
-      with open(os.path.join(cfg.dump_dir, "records.json"), "w") as f:
-        json.dump(records, f)
+  if dump is not None:
+    # Under mcjax_da the engines live on the rollout hosts.
+    dump.write(cluster, records, host=info.process_index,
+               engine_params=(cfg.lora_rank is not None
+                              and cfg.backend != "mcjax_da"))
   return summary
-
-
-def _engine_params(model) -> dict[str, np.ndarray]:
-  """A host-local engine model's parameters as numpy arrays."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
-
-  return {
-      k: np.asarray(v) for k, v in publication.flat_by_name(
-          nnx.state(model, nnx.Param)).items()
-  }
-
-
-class _Recorder:
-  """Wraps reward functions to record every scored row (tests, debugging)."""
-
-  def __init__(self, reward_fns):
-    self.calls: list[dict[str, Any]] = []
-    self.eval_calls: list[dict[str, Any]] = []
-    fns = reward_fns if isinstance(reward_fns, list) else [reward_fns]
-
-    def wrap(fn, first):
-      @functools.wraps(fn)
-      def wrapped(prompts, completions, **kwargs):
-        rewards = fn(prompts, completions, **kwargs)
-        # Tunix passes the learner's mode to reward functions.
-        calls = (self.eval_calls if str(kwargs.get("mode")) == "eval"
-                 else self.calls)
-        if first:
-          calls.append({"prompts": list(prompts),
-                        "completions": list(completions),
-                        "rewards": [float(r) for r in rewards]})
-        else:
-          calls[-1]["rewards"] = [
-              a + float(b) for a, b in zip(calls[-1]["rewards"], rewards)]
-        return rewards
-      return wrapped
-
-    self.reward_fns = [wrap(f, i == 0) for i, f in enumerate(fns)]
-
-
-class _LearnerMetricsLog:
-  """Tunix's external metrics logger: the values its learner logs.
-
-  One entry per logged buffer: {"mode", "step", "metrics": {name: value}},
-  each value `op(values)` as Tunix's `_log_metrics` computes it (numeric
-  metrics with an op only).
-  """
-
-  def __init__(self):
-    self.entries: list[dict[str, Any]] = []
-
-  def __call__(self, buffer: Any) -> None:
-    values = {}
-    for name, (vals, op) in buffer.metrics.items():
-      if op is None:
-        continue
-      try:
-        arr = np.array(vals)
-      except Exception:  # pylint: disable=broad-except
-        continue
-      if arr.dtype.kind in "biuf" and arr.size:
-        values[name] = float(op(arr))
-    self.entries.append({"mode": str(buffer.mode),
-                         "step": int(buffer.global_steps), "metrics": values})
