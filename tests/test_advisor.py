@@ -25,6 +25,7 @@ import pytest
 
 from tunix_mcjax import advisor
 from tunix_mcjax import telemetry
+from tunix_mcjax.advisor import advice as advice_lib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -154,7 +155,7 @@ def test_scaling_assumption_and_fitted_exponents():
 def test_schema_matches_telemetry():
   assert advisor.RECORD_PHASES == telemetry.PHASES
   fields = {f.name for f in dataclasses.fields(telemetry.StepRecord)}
-  assert set(advisor._REQUIRED_FIELDS) <= fields
+  assert set(advice_lib._REQUIRED_FIELDS) <= fields
   assert (set(advisor.DEFAULT_ROLLOUT_PHASES)
           | set(advisor.DEFAULT_TRAINER_PHASES)
           | {advisor.PUBLISH_PHASE}) == set(telemetry.PHASES)
@@ -189,6 +190,17 @@ def test_bad_config_and_files(tmp_path):
   bad.write_text('{"step": 1}\nnot json\n')
   with pytest.raises(ValueError, match=r"bad.jsonl:2 is not JSON"):
     advisor.load_records(bad)
+
+
+def test_the_advisor_imports_without_jax():
+  # It reads only the record schema, which the telemetry package imports
+  # without JAX (its JAX-using names load on first use).
+  env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+  out = subprocess.run(
+      [sys.executable, "-c", "import sys, tunix_mcjax.advisor;"
+       " print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"],
+      capture_output=True, text=True, env=env, timeout=120, check=True)
+  assert out.stdout.strip() == "[]"
 
 
 def _cli(*args):

@@ -14,483 +14,64 @@
 
 """Per-step telemetry: one step record, measured on either backend.
 
-Every host times its step with a `StepClock`: its phases (`PHASES`), its
-host overheads (metrics export, garbage collection), its decode iterations,
-and how long it spent in each cross-host call (`CROSS_HOST_POINTS`). The
-`reward` phase is time inside the reward functions (`timed_reward_fns`);
-`learner_host` is the rest of the learner's host work between the timed
-calls (advantages, batching, Tunix's metric buffering), so the phases and
-host overheads add up to the step.
+Modules: `records` (the one step-record schema: `PHASES`, `HOST_FIELDS`,
+`StepRecord`, `build_record`; JAX-free), `clock` (one host's `StepClock` of
+a step, `timed_reward_fns`), `sink` (`RecordSink`: prints, writes JSONL and
+logs the records; JAX-free), `recorder` (the mcjax cluster's `StepTelemetry`:
+one tiny all-gather of every host's numbers per step, `HostGather`),
+`stock` (Tunix's stock cluster, one host: `stock.StockClusterRecorder`) and
+`learner_metrics` (Tunix's learner-logged metrics over all hosts).
 
-Since every host runs the same program in a cross-host call, the host that
-spent the least time in it arrived last; another host's excess over that
-minimum is the time it waited for the slowest host (no clocks are compared
-across hosts). `build_record` turns every host's numbers (one row each, as
-`StepClock.host_numbers` lays them out) into the one `StepRecord` schema:
-the slowest host's phases (the one with the most time not spent waiting),
-the longest wait at each cross-host point, and the step totals.
-
-The mcjax cluster gathers the rows with one tiny all-gather per step
-(`StepTelemetry`); Tunix's stock cluster is one host, recorded by
-`telemetry.stock.StockClusterRecorder`. `RecordSink` prints, writes (JSONL) and logs the
-records.
+The names are re-exported here (`telemetry.StepClock`, ...). Those of
+`clock` and `recorder` are imported on first use, so that importing the
+schema (the advisor, the benchmark's report) does not import JAX.
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Iterator, Mapping, Sequence
-import contextlib
-import functools
-import json
-import os
-import time
 from typing import Any
 
-import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-import numpy as np
+from tunix_mcjax.telemetry.records import build_record
+from tunix_mcjax.telemetry.records import CROSS_HOST_POINTS
+from tunix_mcjax.telemetry.records import HOST_FIELDS
+from tunix_mcjax.telemetry.records import HOST_OVERHEADS
+from tunix_mcjax.telemetry.records import LEFTOVER_PHASE
+from tunix_mcjax.telemetry.records import PHASE_TRACE_PREFIX
+from tunix_mcjax.telemetry.records import PHASES
+from tunix_mcjax.telemetry.records import StepMeta
+from tunix_mcjax.telemetry.records import StepRecord
+from tunix_mcjax.telemetry.sink import RecordSink
 
-from tunix_mcjax import host_optimizations
-from tunix_mcjax import transfers
-from tunix_mcjax.compat import metric_keys
-
-# The record schema lives in `records`; re-exported as `telemetry.<name>`.
-from tunix_mcjax.telemetry.records import (  # pylint: disable=g-importing-member
-    PHASES,
-    LEFTOVER_PHASE,
-    PHASE_TRACE_PREFIX,
-    CROSS_HOST_POINTS,
-    HOST_OVERHEADS,
-    HOST_FIELDS,
-    StepMeta,
-    StepRecord,
-    build_record,
-)
-
-_GEN_KEYS = ("rows", "tokens", "max_len", "truncated", "decode_iterations")
-_PACK_KEYS = ("local_rows", "rows", "real_tokens", "slots")
+_CLOCK_NAMES = frozenset(
+    {"StepClock", "generation_stats", "timed_reward_fns", "train_batch_tokens"})
+_RECORDER_NAMES = frozenset({"HostGather", "StepTelemetry"})
 
 
-def train_batch_tokens(examples: Any) -> tuple[int, int]:
-  """Tokens the loss reads and token slots of an unpacked train batch.
-
-  Slots: rows x (prompt width + completion width), the padded layout Tunix
-  trains on. Tokens: per row, its prompt tokens (prompt mask) plus its
-  completion up to the last loss-bearing token (completion mask); a row
-  without any counts none. The same count as sequence packing's real tokens
-  (`packing.PackStats.real_tokens`), so the two padded shares compare.
-
-  Args:
-    examples: TrainExamples (or one), each with [rows, width] `prompt_mask`
-      and `completion_mask`.
-
-  Returns:
-    (tokens, slots).
-  """
-  if not isinstance(examples, (list, tuple)):
-    examples = [examples]
-  tokens = slots = 0
-  for ex in examples:
-    if getattr(ex, "segment_ids", None) is not None:
-      continue  # Packed already: counted by `StepClock.add_packing`.
-    p_mask = np.asarray(ex.prompt_mask).astype(bool)
-    c_mask = np.asarray(ex.completion_mask).astype(bool)
-    rows = c_mask.shape[0]
-    slots += rows * (p_mask.shape[1] + c_mask.shape[1])
-    # Index of the last loss-bearing token + 1 (0 for a row without any).
-    width = c_mask.shape[1]
-    last = np.where(c_mask.any(axis=1),
-                    width - np.argmax(c_mask[:, ::-1], axis=1), 0)
-    tokens += int(np.where(last > 0, p_mask.sum(axis=1) + last, 0).sum())
-  return tokens, slots
+def __getattr__(name: str) -> Any:
+  """The JAX-using re-exports, imported on first use (PEP 562)."""
+  if name in _CLOCK_NAMES:
+    from tunix_mcjax.telemetry import clock as module  # pylint: disable=g-import-not-at-top
+  elif name in _RECORDER_NAMES:
+    from tunix_mcjax.telemetry import recorder as module  # pylint: disable=g-import-not-at-top
+  else:
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  globals()[name] = value = getattr(module, name)  # Later reads skip this.
+  return value
 
 
-def generation_stats(
-    output: Any, *, micro_batch_size: int | None, max_tokens: int
-) -> dict[str, int]:
-  """Row, token, truncation and decode-iteration counts of one generate call.
-
-  The engines' decode loops stop when every row of a call is done, so a call
-  runs as many decode iterations as its longest completion; with
-  micro-batching, each micro-batch is one call.
-
-  Args:
-    output: a `RolloutOutput` (its `tokens`: one token sequence per row).
-    micro_batch_size: the micro-batch the cluster generated with, or None.
-    max_tokens: the completion budget; a row that used all of it counts as
-      truncated.
-
-  Returns:
-    {"rows", "tokens", "max_len", "truncated", "decode_iterations"}.
-  """
-  lens = [len(t) for t in output.tokens]
-  step = micro_batch_size or max(len(lens), 1)
-  return {
-      "rows": len(lens),
-      "tokens": int(sum(lens)),
-      "max_len": int(max(lens, default=0)),
-      "truncated": int(sum(n >= max_tokens for n in lens)),
-      "decode_iterations": int(sum(
-          max(lens[i:i + step], default=0) for i in range(0, len(lens), step)
-      )),
-  }
-
-
-def _gc_counts(policy: host_optimizations.GcPolicy | None) -> tuple[int, ...]:
-  explicit = policy.explicit_collects if policy is not None else 0
-  skipped = policy.skipped_collects if policy is not None else 0
-  return explicit, skipped, host_optimizations.full_collections()
-
-
-class StepClock:
-  """One host's timers and counters of the current step.
-
-  Reset in place at each step start, so that wrappers holding the clock
-  (`timed`, `timed_reward_fns`) keep timing into the current step.
-  """
-
-  def __init__(self, gc_policy: host_optimizations.GcPolicy | None = None):
-    self._gc_policy = gc_policy
-    self.reset(time.perf_counter())
-
-  def reset(self, now: float, carried_export_s: float = 0.0) -> None:
-    """Starts the next step at `now`.
-
-    Args:
-      now: when the step began (the previous step's end, so that steps tile
-        the timeline).
-      carried_export_s: time since `now` already spent exporting the previous
-        step's metrics: host work of this step.
-    """
-    self.start = now
-    self.phases = {p: 0.0 for p in PHASES}
-    self.in_cross_host = {p: 0.0 for p in CROSS_HOST_POINTS}
-    self.overhead = {o: 0.0 for o in HOST_OVERHEADS}
-    self.overhead["metrics_export"] = carried_export_s
-    self.gen = {k: 0 for k in _GEN_KEYS}
-    self.publish_calls = 0
-    self.packing = {k: 0 for k in _PACK_KEYS}
-    self.train = {"tokens": 0, "slots": 0}
-    self.reward_means: list[float] = []
-    self.len_means: list[float] = []
-    self._gc_at_start = _gc_counts(self._gc_policy)
-
-  @contextlib.contextmanager
-  def phase(self, name: str, cross_host: str | None = None) -> Iterator[None]:
-    """Times a phase; `cross_host` also names the cross-host call inside.
-
-    The phase is also a named range of a JAX profiler trace
-    (`PHASE_TRACE_PREFIX` + name), which the benchmark's step breakdown
-    (`bench.traces`) reads; outside a trace it costs about a microsecond.
-    """
-    t0 = time.perf_counter()
-    try:
-      with jax.profiler.TraceAnnotation(PHASE_TRACE_PREFIX + name):
-        yield
-    finally:
-      dt = time.perf_counter() - t0
-      self.phases[name] += dt
-      if cross_host is not None:
-        self.in_cross_host[cross_host] += dt
-
-  def timed(self, fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
-    """`fn`, timed into `phase`; same result, name and signature."""
-
-    @functools.wraps(fn)
-    def timed_fn(*args, **kwargs):
-      with self.phase(phase):
-        return fn(*args, **kwargs)
-
-    return timed_fn
-
-  def add_generation(self, stats: Mapping[str, int]) -> None:
-    for k in ("rows", "tokens", "truncated", "decode_iterations"):
-      self.gen[k] += stats[k]
-    self.gen["max_len"] = max(self.gen["max_len"], stats["max_len"])
-
-  def add_packing(self, stats: Any) -> None:
-    """Counts one packed micro-batch (a `packing.PackStats`)."""
-    self.packing["local_rows"] += stats.local_rows
-    self.packing["rows"] += stats.rows
-    self.packing["real_tokens"] += stats.real_tokens
-    self.packing["slots"] += stats.slots
-    # The same rows unpacked (the learner hands the packed batch over).
-    self.train["tokens"] += stats.real_tokens
-    self.train["slots"] += stats.unpacked_slots
-
-  def add_train_batch(self, examples: Any) -> None:
-    """Counts one `update_actor` call's train batch (`train_batch_tokens`)."""
-    tokens, slots = train_batch_tokens(examples)
-    self.train["tokens"] += tokens
-    self.train["slots"] += slots
-
-  def add_learner_metrics(self, metrics: Mapping[str, Any]) -> None:
-    """Reads the mean reward and completion length a learner buffers."""
-    for key, into in ((metric_keys.REWARD_MEAN, self.reward_means),
-                      (metric_keys.COMPLETION_LEN_MEAN, self.len_means)):
-      if key in metrics:
-        into.append(float(np.mean(metrics[key][0])))
-
-  def finish(self, now: float, admission_s: float) -> float:
-    """Ends the step at `now`; fills in admission and the leftover phase.
-
-    Returns:
-      The step's time.
-    """
-    self.phases["admission"] = admission_s
-    step_s = now - self.start
-    accounted = sum(v for k, v in self.phases.items() if k != LEFTOVER_PHASE)
-    accounted += sum(self.overhead.values())
-    self.phases[LEFTOVER_PHASE] = max(0.0, step_s - accounted)
-    return step_s
-
-  def host_numbers(self, step_s: float, prompt_tokens: int) -> np.ndarray:
-    """This host's numbers of the step, laid out as `HOST_FIELDS`."""
-    explicit0, skipped0, full0 = self._gc_at_start
-    explicit, skipped, full = _gc_counts(self._gc_policy)
-    frozen = self._gc_policy is not None and self._gc_policy.frozen
-    values = {
-        "reward_mean": (
-            np.mean(self.reward_means) if self.reward_means else np.nan
-        ),
-        "len_mean": np.mean(self.len_means) if self.len_means else np.nan,
-        "step_s": step_s,
-        **{f"phase/{p}": self.phases[p] for p in PHASES},
-        **{f"in_xhost/{p}": self.in_cross_host[p] for p in CROSS_HOST_POINTS},
-        **{f"overhead/{o}": self.overhead[o] for o in HOST_OVERHEADS},
-        "gen_rows": self.gen["rows"],
-        "gen_tokens": self.gen["tokens"],
-        "gen_max_len": self.gen["max_len"],
-        "gen_truncated": self.gen["truncated"],
-        "decode_iterations": self.gen["decode_iterations"],
-        "prompt_tokens": prompt_tokens,
-        "publish_calls": self.publish_calls,
-        "gc_explicit": explicit - explicit0,
-        "gc_skipped": skipped - skipped0,
-        "gc_frozen": float(frozen),
-        "gc_full_collections": full - full0,
-        "packed_rows_local": self.packing["local_rows"],
-        "packed_rows": self.packing["rows"],
-        "packed_tokens": self.packing["real_tokens"],
-        "packed_slots": self.packing["slots"],
-        "train_tokens": self.train["tokens"],
-        "train_slots": self.train["slots"],
-    }
-    # float32: what the mcjax gather carries; ample for seconds and counts.
-    return np.array([values[f] for f in HOST_FIELDS], dtype=np.float32)
-
-
-def timed_reward_fns(reward_fns: Any, clock: StepClock) -> list[Any]:
-  """The learner's reward functions, each timed into the `reward` phase.
-
-  Each wrapper returns exactly what its function returns and carries its
-  name and signature (Tunix reads both: `inspect.signature` to pass config
-  values, `__name__` for metric names).
-  """
-  fns = reward_fns if isinstance(reward_fns, (list, tuple)) else [reward_fns]
-  return [clock.timed(fn, "reward") for fn in fns]
-
-
-class RecordSink:
-  """Where a step's record goes: a progress line, a JSONL file, Tunix's
-  metrics logger (each optional)."""
-
-  def __init__(
-      self,
-      *,
-      metrics_out: str | None = None,
-      log_progress: bool = False,
-      metrics_logger: Callable[[], Any] | None = None,
-  ):
-    """Initializes the sink.
-
-    Args:
-      metrics_out: JSONL file to append one object per record to.
-      log_progress: print a progress line per record.
-      metrics_logger: returns Tunix's metrics logger to log the record's main
-        numbers into (called per record), or None.
-    """
-    self._log_progress = log_progress
-    self._metrics_logger = metrics_logger
-    self._file = None
-    if metrics_out:
-      os.makedirs(os.path.dirname(os.path.abspath(metrics_out)), exist_ok=True)
-      self._file = open(metrics_out, "a")
-
-  def write(self, record: StepRecord) -> None:
-    if self._log_progress:
-      ph = record.phases
-      loss = record.loss
-      print(
-          f"[{record.backend}] step {record.step}: reward"
-          f" {_fmt(record.reward_mean, 3)} loss"
-          f" {loss if loss is None else round(loss, 5)}"
-          f" len {_fmt(record.completion_len_mean, 1)}"
-          f" | {record.step_time_s:.2f}s (gen {ph['generate']:.2f},"
-          f" train {ph['train']:.2f}, publish {ph['publish']:.3f},"
-          f" {(record.publish_bytes or 0) / 2**20:.1f} MiB, wait"
-          f" {record.straggler_wait['total']:.3f})",
-          flush=True,
-      )
-    if self._file is not None:
-      self._file.write(json.dumps(record.as_dict()) + "\n")
-      self._file.flush()
-    if self._metrics_logger is not None:
-      logger = self._metrics_logger()
-      tag = record.backend
-      for k in ("reward_mean", "completion_len_mean", "step_time_s"):
-        logger.log(tag, k, getattr(record, k), "train", record.step)
-      for p, v in record.phases.items():
-        logger.log(tag, f"phase/{p}", v, "train", record.step)
-      logger.log(tag, "straggler_wait", record.straggler_wait["total"],
-                 "train", record.step)
-
-  def close(self) -> None:
-    if self._file is not None:
-      self._file.close()
-      self._file = None
-
-
-def _fmt(x: float | None, digits: int) -> str:
-  return "n/a" if x is None else f"{x:.{digits}f}"
-
-
-class HostGather:
-  """One tiny all-gather of a row of numbers from every host to every host.
-
-  `dispatch` starts it without waiting (every host calls it at the same
-  point of its step sequence, so the collective is issued in the same order
-  everywhere); `read` waits for it and returns one row per host, in process
-  order. One row per device of a (host, *local) view mesh, replicated by a
-  jitted identity: no host round-trip beyond the row itself.
-  """
-
-  def __init__(self, local_mesh: Mesh | None):
-    self._local_mesh = local_mesh
-    self._fn = None
-    self._sharding = None
-
-  def dispatch(self, row: np.ndarray) -> jax.Array | np.ndarray:
-    if jax.process_count() == 1:
-      return row[None, :]
-    # Imported here: publication imports the engines' base, which the
-    # telemetry's other users (the stock recorders, the bench) do not need.
-    from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
-
-    if self._fn is None:
-      view = publication.host_view_mesh(self._local_mesh)
-      self._sharding = NamedSharding(view, PartitionSpec(view.axis_names))
-      self._fn = jax.jit(
-          lambda x: x, out_shardings=NamedSharding(view, PartitionSpec())
-      )
-    rows = np.ascontiguousarray(
-        np.broadcast_to(row, (self._local_mesh.size, row.size))
-    )
-    with transfers.deliberate("step_record"):
-      return self._fn(jax.make_array_from_process_local_data(self._sharding,
-                                                             rows))
-
-  @staticmethod
-  def read(gathered: jax.Array | np.ndarray) -> np.ndarray:
-    if isinstance(gathered, np.ndarray):
-      return gathered
-    flat = np.asarray(gathered.addressable_data(0))
-    # Rows are devices, host by host; each host's rows are equal.
-    return flat.reshape(jax.process_count(), -1, flat.shape[-1])[:, 0, :]
-
-
-class StepTelemetry:
-  """The mcjax cluster's per-step metrics: one host's clock, the per-step
-  all-gather of every host's numbers, and the record host 0 exports.
-
-  Every host calls `end_step` at the same point of its step sequence, so the
-  all-gather is issued in the same order everywhere. Off the barrier (O1,
-  an asynchronous `exporter`), reading the gathered numbers (which waits for
-  the slowest host), building the record and writing it happen on the
-  exporter's thread; the step goes on at once. Either way the time the main
-  thread spends in `end_step` is the next step's `metrics_export` overhead.
-
-  Attributes:
-    clock: this host's `StepClock`.
-    records: every exported step's record (on every host).
-  """
-
-  def __init__(
-      self,
-      *,
-      local_mesh: Mesh,
-      exporter: host_optimizations.MetricsExporter,
-      gc_policy: host_optimizations.GcPolicy,
-      sink: RecordSink | None,
-      trace_steps: Sequence[int] = (),
-      trace_dir: str | None = None,
-  ):
-    """Initializes the telemetry.
-
-    Args:
-      local_mesh: this host's engine mesh (the gather lands on it).
-      exporter: runs the export of each step (inline or on its thread).
-      gc_policy: the cluster's garbage-collection policy (counted per step).
-      sink: where host 0's records go; None on the other hosts.
-      trace_steps: steps (1-based) to record a JAX profiler trace of.
-      trace_dir: where traces go (host<i> below it).
-    """
-    self._local_mesh = local_mesh
-    self._exporter = exporter
-    self._sink = sink
-    self._trace_steps = tuple(trace_steps)
-    self._trace_dir = trace_dir
-    self._tracing = False
-    self._gather = HostGather(local_mesh)
-    self.clock = StepClock(gc_policy)
-    self.records: list[StepRecord] = []
-
-  def start_step(
-      self, next_step: int, start: float | None = None,
-      carried_export_s: float = 0.0,
-  ) -> None:
-    """Starts timing step `next_step` (and its trace, if it is traced)."""
-    self.clock.reset(
-        time.perf_counter() if start is None else start, carried_export_s
-    )
-    if (self._trace_steps and not self._tracing
-        and next_step in self._trace_steps):
-      jax.profiler.start_trace(
-          os.path.join(self._trace_dir, f"host{jax.process_index()}")
-      )
-      self._tracing = True
-
-  def end_step(self, meta: StepMeta, *, admission_s: float,
-               prompt_tokens: int) -> None:
-    """Ends step `meta.step`: dispatches the gather and the export; starts
-    the next step's clock."""
-    now = time.perf_counter()
-    step_s = self.clock.finish(now, admission_s)
-    local = self.clock.host_numbers(step_s, prompt_tokens)
-    gathered = self._gather.dispatch(local)
-    self._exporter.submit(functools.partial(self._export, gathered, meta))
-    export_s = time.perf_counter() - now
-    if self._tracing and meta.step + 1 not in self._trace_steps:
-      jax.profiler.stop_trace()  # Traced steps are for reading, not timing.
-      self._tracing = False
-      # Writing the trace out is no step's time: the next step starts after.
-      now = time.perf_counter()
-    self.start_step(meta.step + 1, start=now, carried_export_s=export_s)
-
-  def close(self) -> None:
-    """Stops a running trace and closes the sink (after the exporter)."""
-    if self._tracing:
-      jax.profiler.stop_trace()
-      self._tracing = False
-    if self._sink is not None:
-      self._sink.close()
-
-  def _export(self, gathered: jax.Array, meta: StepMeta) -> None:
-    """Builds the step's record; host 0's sink prints, writes and logs it."""
-    everyone = HostGather.read(gathered)
-    # Its `exported_on` is evidence of where the export ran ("MainThread"
-    # unless O1 is on).
-    record = build_record(everyone, meta)
-    self.records.append(record)
-    if self._sink is not None:
-      self._sink.write(record)
+__all__ = [
+    "CROSS_HOST_POINTS",
+    "HOST_FIELDS",
+    "HOST_OVERHEADS",
+    "HostGather",
+    "LEFTOVER_PHASE",
+    "PHASES",
+    "PHASE_TRACE_PREFIX",
+    "RecordSink",
+    "StepClock",
+    "StepMeta",
+    "StepRecord",
+    "StepTelemetry",
+    "build_record",
+    "generation_stats",
+    "timed_reward_fns",
+    "train_batch_tokens",
+]

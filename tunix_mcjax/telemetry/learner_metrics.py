@@ -45,7 +45,7 @@ from typing import Any
 from jax.sharding import Mesh
 import numpy as np
 
-from tunix_mcjax import telemetry
+from tunix_mcjax.telemetry import recorder
 
 # Tunix's reductions -> how per-host results combine. Keyed by identity, as
 # Tunix passes the numpy functions themselves.
@@ -79,7 +79,7 @@ class GlobalLearnerMetrics:
   """Combines Tunix's buffered learner metrics across hosts (see module)."""
 
   def __init__(self, local_mesh: Mesh | None):
-    self._gather = telemetry.HostGather(local_mesh)
+    self._gather = recorder.HostGather(local_mesh)
 
   def combine(self, buffer: Any) -> Any:
     """A copy of Tunix's `MetricsBuffer` with global values (a collective)."""
@@ -112,7 +112,7 @@ class GlobalLearnerMetrics:
     """The buffer with global values: combined metrics hold one value (the
     global one) with their op, so Tunix's `_log_metrics` logs exactly it."""
     buffer, names, gathered = pending
-    everyone = telemetry.HostGather.read(gathered)
+    everyone = recorder.HostGather.read(gathered)
     tags = everyone[:, :2]
     if (tags != tags[:1]).any():
       raise RuntimeError(

@@ -16,7 +16,14 @@
 
 `HOST_FIELDS` is one host's row of numbers per step (`StepClock.host_numbers`
 fills it); `build_record` turns every host's row into the `StepRecord` that
-both backends write (fields in docs/metrics.md).
+both backends write (fields in docs/metrics.md): the slowest host's phases
+(the one with the most time not spent waiting), the longest wait at each
+cross-host point, and the step totals.
+
+Since every host runs the same program in a cross-host call, the host that
+spent the least time in it arrived last; another host's excess over that
+minimum is the time it waited for the slowest host (no clocks are compared
+across hosts). No JAX here: the advisor and the benchmark read the schema.
 """
 
 from __future__ import annotations

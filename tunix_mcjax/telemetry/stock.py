@@ -30,12 +30,12 @@ import jax
 
 from tunix_mcjax import compat
 from tunix_mcjax.compat import metric_keys
-from tunix_mcjax.telemetry import RecordSink
-from tunix_mcjax.telemetry import StepClock
-from tunix_mcjax.telemetry import StepMeta
-from tunix_mcjax.telemetry import StepRecord
-from tunix_mcjax.telemetry import build_record
-from tunix_mcjax.telemetry import generation_stats
+from tunix_mcjax.telemetry.clock import generation_stats
+from tunix_mcjax.telemetry.clock import StepClock
+from tunix_mcjax.telemetry.records import build_record
+from tunix_mcjax.telemetry.records import StepMeta
+from tunix_mcjax.telemetry.records import StepRecord
+from tunix_mcjax.telemetry.sink import RecordSink
 
 
 class StockClusterRecorder:
