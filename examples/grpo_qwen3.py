@@ -45,7 +45,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from absl import app
 from absl import flags
@@ -399,6 +399,19 @@ def _check_before_start(cfg: grpo_job.GrpoJobConfig, *, num_hosts: int,
                                cfg.checkpoint_fingerprint())
 
 
+def _claim_files(cfg: grpo_job.GrpoJobConfig) -> Any:
+  """Locks the checkpoint directory and the metrics file for this job (and
+  empties the metrics file), or refuses: another job is using one."""
+  from tunix_mcjax import job_files  # pylint: disable=g-import-not-at-top
+
+  try:
+    return job_files.claim(program="grpo_qwen3.py",
+                           checkpoint_dir=cfg.checkpoint_dir,
+                           metrics_out=cfg.metrics_out)
+  except OSError as e:
+    raise ValueError(f"cannot open {e.filename!r} ({e.strerror or e}).") from e
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
   if not flags.FLAGS["verbosity"].present:
@@ -409,6 +422,9 @@ def main(argv: Sequence[str]) -> None:
                               program="grpo_qwen3.py")
   try:
     cfg = _config()  # Validates before any host starts.
+    if not _TIMEOUT.value > 0:  # Also under mcjax_da, before any claim.
+      raise ValueError(
+          f"--timeout must be > 0 seconds, got {_TIMEOUT.value!r}.")
   except ValueError as e:
     _user_error(e)
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
@@ -434,6 +450,7 @@ def main(argv: Sequence[str]) -> None:
             devices_per_host=plan.devices_per_host * plan.num_hosts)
       _check_before_start(cfg, num_hosts=plan.num_hosts,
                           devices_per_host=plan.devices_per_host)
+      claim = _claim_files(cfg)
     except ValueError as e:
       _user_error(e)
     try:
@@ -441,12 +458,12 @@ def main(argv: Sequence[str]) -> None:
           sys.argv[1:],
           plan=plan,
           timeout_s=_TIMEOUT.value,
-          fresh_files=[cfg.metrics_out],
           note=f"backend={cfg.backend}",
           host_main=lambda: _run_host(cfg),
       )
     except launch.LaunchError as e:  # Refused before any host started.
       _user_error(e)
+    claim.release()
     sys.exit(status)
   _run_host(cfg)
 
@@ -483,11 +500,10 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
         ray_address=_RAY_ADDRESS.value, machine=platforms.detect_machine())
     _check_before_start(cfg, num_hosts=cfg.trainer_hosts,
                         devices_per_host=devices.devices_per_host)
+    _claim_files(cfg)  # Held until this driver exits.
   except ValueError as e:
     _user_error(e)
   print(f"[grpo_qwen3] mcjax_da hosts: {devices.describe()}", flush=True)
-  if cfg.metrics_out and os.path.exists(cfg.metrics_out):
-    os.remove(cfg.metrics_out)  # A fresh record of this job.
   try:
     summary = launcher.run_local(
         da_job.GrpoJobTask(job=cfg),

@@ -78,6 +78,9 @@ def _cases(tmp_path):
   (tmp_path / "a_dir").mkdir()
   return {
       "timeout": (["--timeout=0"], "--timeout must be > 0 seconds, got 0."),
+      "da_timeout": (["--timeout=-1", "--backend=mcjax_da",
+                      "--trainer_hosts=1", "--rollout_hosts=1"],
+                     "--timeout must be > 0 seconds, got -1."),
       "metrics_dir": ([f"--metrics_out={tmp_path / 'a_dir'}"],
                       "is a directory; give the path of a file"),
       "num_hosts": (["--num_hosts=0"], "--num_hosts must be an integer >= 1"),
@@ -91,7 +94,7 @@ def _cases(tmp_path):
   }
 
 
-CASES = ("timeout", "metrics_dir", "num_hosts", "empty_config",
+CASES = ("timeout", "da_timeout", "metrics_dir", "num_hosts", "empty_config",
          "null_question", "not_utf8")
 
 
@@ -179,3 +182,60 @@ def test_relaunch_refuses_before_deleting_the_metrics_file(tmp_path):
     launch.relaunch_as_local_hosts([], plan=plan, timeout_s=10,
                                    fresh_files=[str(metrics), str(tmp_path)])
   assert metrics.read_text() == "kept\n"
+
+
+# Another running job: holds the paths (job_files.claim) until killed.
+_HOLDER = """
+import sys, time
+from tunix_mcjax import job_files
+job_files.claim(program="first-job", checkpoint_dir=sys.argv[1] or None,
+                metrics_out=sys.argv[2])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@_slow
+def test_a_second_job_on_the_same_paths_is_refused(tmp_path):
+  ckpt, first_metrics = tmp_path / "ckpt", tmp_path / "first.jsonl"
+  holder = subprocess.Popen(
+      [sys.executable, "-c", _HOLDER, str(ckpt), str(first_metrics)],
+      env=launch_utils.launcher_env(), stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline() == "held\n"
+    first_metrics.write_text('{"step": 1}\n')
+    line = _one_error_line(_example(tmp_path, f"--checkpoint_dir={ckpt}"))
+    assert (f"--checkpoint_dir={str(ckpt)!r} is in use by another job"
+            f" (first-job, pid {holder.pid} on ") in line, line
+    # Under the DA backend the driver claims the same way.
+    line = _one_error_line(_example(
+        tmp_path, f"--metrics_out={first_metrics}", "--backend=mcjax_da",
+        "--trainer_hosts=1", "--rollout_hosts=1"))
+    assert "is being written by another running job" in line, line
+    assert first_metrics.read_text() == '{"step": 1}\n'
+    # The CLI (its tunix backend claims before building anything).
+    cli = subprocess.run(
+        [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "--backend=tunix",
+         f"--metrics_out={first_metrics}"],
+        env=launch_utils.launcher_env({"CI": "true"}), capture_output=True,
+        text=True, timeout=120, cwd=tmp_path)
+    assert "is being written by another running job" in _one_error_line(
+        cli, program="grpo_main")
+    assert first_metrics.read_text() == '{"step": 1}\n'
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+@_slow
+def test_the_cli_refuses_a_bad_timeout_before_touching_the_metrics(tmp_path):
+  metrics = tmp_path / "m.jsonl"
+  metrics.write_text('{"step": 1}\n')
+  cli = subprocess.run(
+      [sys.executable, "-m", "tunix_mcjax.cli.grpo_main",
+       "--backend=mcjax_da", "--timeout=0", f"--metrics_out={metrics}"],
+      env=launch_utils.launcher_env({"CI": "true"}), capture_output=True,
+      text=True, timeout=120, cwd=tmp_path)
+  assert "--timeout must be > 0 seconds, got 0." in _one_error_line(
+      cli, program="grpo_main")
+  assert metrics.read_text() == '{"step": 1}\n'

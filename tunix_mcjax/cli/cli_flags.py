@@ -205,6 +205,9 @@ def options_from_flags() -> CliOptions:
   if da_only and BACKEND.value != "mcjax_da":
     raise ConfigError(f"{', '.join(da_only)} apply to --backend=mcjax_da"
                       " only.")
+  if not TIMEOUT.value > 0:  # Before the metrics file is claimed (emptied).
+    raise ConfigError(
+        f"--timeout must be > 0 seconds, got {TIMEOUT.value!r}.")
   return CliOptions(
       backend=BACKEND.value,
       metrics_out=METRICS_OUT.value,

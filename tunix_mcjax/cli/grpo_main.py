@@ -68,9 +68,8 @@ Tunix's own `tunix/cli/base_config.yaml` (see `base_config`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from absl import app
 from absl import flags
@@ -104,6 +103,27 @@ def _fail(message: str) -> NoReturn:
   sys.exit(2)
 
 
+def _claim_files(options: CliOptions, pipeline: Any = None) -> Any:
+  """Locks the job's checkpoint root (from `pipeline`'s config) and
+  --metrics_out (emptied: one run per file), or fails: another job uses
+  one. Held until this process exits."""
+  from tunix_mcjax import job_files  # pylint: disable=g-import-not-at-top
+
+  training = {} if pipeline is None else (
+      pipeline.config.get("rl_training_config") or {})
+  try:
+    return job_files.claim(
+        program="grpo_main",
+        checkpoint_dir=training.get("checkpoint_root_directory"),
+        metrics_out=options.metrics_out,
+        flag_names=("rl_training_config.checkpoint_root_directory",
+                    "--metrics_out"))
+  except job_files.InUseError as e:
+    _fail(str(e))
+  except OSError as e:
+    _fail(f"cannot open {e.filename!r} ({e.strerror or e}).")
+
+
 def _main_tunix(argv: list[str], options: CliOptions) -> None:
   if cli_flags.NUM_HOSTS.present or cli_flags.DEVICES_PER_HOST.present:
     logging.warning(
@@ -111,8 +131,7 @@ def _main_tunix(argv: list[str], options: CliOptions) -> None:
         " tunix backend runs as one process on this machine's devices."
     )
   # One run per file; only the process that starts the job clears it.
-  if options.metrics_out and os.path.exists(options.metrics_out):
-    os.remove(options.metrics_out)
+  _claim_files(options)
   _run_pipeline_or_fail(argv, options)
 
 
@@ -145,12 +164,12 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
       plan = platforms.simulated(num_hosts, devices_per_host, reason=reason)
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
+  _claim_files(options, pipeline)
   try:
     return launch.relaunch_as_local_hosts(
         sys.argv[1:],
         plan=plan,
         timeout_s=cli_flags.TIMEOUT.value,
-        fresh_files=[options.metrics_out],
         note=f"backend={options.backend}",
         host_main=lambda: _main_host(argv, options),
     )
@@ -196,8 +215,7 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
     _fail(str(e))
   print(f"[grpo_main] mcjax_da: {plan.describe()}; hosts on"
         f" {devices.describe()}", flush=True)
-  if options.metrics_out and os.path.exists(options.metrics_out):
-    os.remove(options.metrics_out)  # One run per file.
+  _claim_files(options, pipeline)
   try:
     launcher.run_local(
         disaggregated.CliTask(argv=tuple(argv), options=plan.options),
