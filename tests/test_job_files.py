@@ -98,3 +98,25 @@ def test_remote_directories_are_not_locked(tmp_path):
   assert claim.files == []
   claim.release()
   assert not os.path.exists("gs:")
+
+
+def test_the_claim_ends_with_the_claiming_process_not_its_forks(tmp_path):
+  claim = job_files.claim(program="a", checkpoint_dir=str(tmp_path))
+  read, write = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # A forked host that outlives the claim.
+    os.close(read)
+    os.write(write, b"1" if not job_files._HELD else b"0")
+    os.close(write)
+    import time  # pylint: disable=g-import-not-at-top
+    time.sleep(30)
+    os._exit(0)
+  try:
+    os.close(write)
+    assert os.read(read, 1) == b"1"  # The fork holds no lock files.
+    claim.release()
+    # Free although the fork still runs.
+    job_files.claim(program="b", checkpoint_dir=str(tmp_path)).release()
+  finally:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)

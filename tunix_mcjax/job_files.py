@@ -22,8 +22,8 @@ owning process ends (a crash leaves nothing to clean up), and it starts the
 metrics file afresh only once the file is this job's.
 
 The process that starts the job claims (the example's or the CLI's local
-launcher, or the disaggregated driver) and holds the claim until it exits;
-hosts it forks inherit it. Not locked: remote paths (`gs://...`; object
+launcher, or the disaggregated driver) and holds the claim until it exits
+(hosts it forks close their copies). Not locked: remote paths (`gs://...`; object
 stores have no such lock) and jobs on a detected cluster, whose hosts
 start without a launcher.
 """
@@ -69,6 +69,19 @@ class Claim:
 
 
 _HELD: list[Claim] = []
+
+
+def _drop_in_child() -> None:
+  # A forked host closes its copies of the lock files: the lock stays with
+  # the process that claimed (flock is released when the last copy closes),
+  # so it ends with that process, not with the last host to exit.
+  for held in _HELD:
+    for f in held.files:
+      f.close()
+  _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_in_child)
 
 
 def is_remote(path: str) -> bool:
