@@ -37,6 +37,10 @@ takes their identities, and each step end closes one batch.
 
 The host-side optimizations O1-O4 (`host_optimizations.HostOptimizations`)
 are switched in `McJaxOptions.optimizations`.
+
+Beside this module: the options and what they decide (`cluster_options`),
+this host's rows as global arrays (`global_rows`) and what is published into
+the engine (`engine_weights`).
 """
 
 from __future__ import annotations
@@ -44,142 +48,37 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from absl import logging
 from flax import nnx
 from flax.linen import partitioning as nn_partitioning
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 from tunix.rl import utils as rl_utils
 from tunix.sft import utils as sft_utils
 
 from tunix_mcjax import admission as admission_lib
 from tunix_mcjax import checkpointing
+from tunix_mcjax import cluster_options
 from tunix_mcjax import compat
+from tunix_mcjax import engine_weights
 from tunix_mcjax.engines import base as engine_base
+from tunix_mcjax import global_rows
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import packing
-from tunix_mcjax import publication
 from tunix_mcjax import runtime
 from tunix_mcjax import support
 from tunix_mcjax import telemetry
 from tunix_mcjax.telemetry import learner_metrics
 from tunix_mcjax import transfers
-from tunix_mcjax import tree_paths
 from tunix_mcjax.registry import ENGINES
 
 Role = compat.Role
 Mode = compat.Mode
-
-
-def _device_rows_to_global(x: jax.Array, sharding: NamedSharding,
-                           num_hosts: int) -> jax.Array:
-  """This host's rows, already on a device, as the global array: each of
-  this host's shards is copied device to device (no host round trip).
-
-  Not `jax.make_array_from_process_local_data(sharding, x)`: for a jax.Array
-  it indexes `x` with slice objects, whose bounds go to the device as
-  scalars (an implicit transfer the guard refuses); `lax.slice_in_dim`
-  keeps them static.
-  """
-  global_shape = (x.shape[0] * num_hosts, *x.shape[1:])
-  index_map = sharding.addressable_devices_indices_map(global_shape)
-  start = min(idx[0].start or 0 for idx in index_map.values())
-  pieces = []
-  for device, idx in index_map.items():
-    lo = (idx[0].start or 0) - start
-    hi = (global_shape[0] if idx[0].stop is None else idx[0].stop) - start
-    pieces.append(jax.device_put(
-        jax.lax.slice_in_dim(x, lo, hi, axis=0), device))
-  return jax.make_array_from_single_device_arrays(global_shape, sharding,
-                                                  pieces)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class McJaxOptions:
-  """Options of the mcjax backend beyond Tunix's ClusterConfig.
-
-  Attributes:
-    engine: registered engine name for the host-local rollout (e.g. "native").
-      None picks it from `ClusterConfig.rollout_engine` ("vanilla" means the
-      native engine).
-    sampling_seed: base seed of per-row sampling keys; None uses the rollout
-      config's seed (or 0).
-    metrics_out: JSONL file that host 0 appends one object per step to.
-    log_progress: print a progress line per step on host 0.
-    optimizations: the host-side optimizations O1-O4 (see
-      `host_optimizations.PROFILES` for "base" and "optimized").
-    trace_steps: steps (1-based) to record a JAX profiler trace of, into
-      `trace_dir`/host<i> on every host.
-    trace_dir: where traces go; required with `trace_steps`.
-    engine_model: the engine's own architecture and the mapping into it,
-      when the actor cannot sample itself (e.g. a MaxText actor; see
-      `maxtext.models.engine_model_spec`; the backend factory fills it in
-      for MaxText actors). None: engines run a copy of the actor.
-    checkpoint_fingerprint: the job's configuration values a resume must
-      not change (e.g. learner, batch size), saved with every checkpoint
-      beside the cluster's own (parameter shapes, batch knobs) and checked
-      before a checkpoint is restored (`checkpointing`).
-    packing_timeout_s: with sequence packing, how long a host waits for the
-      others' packed-row counts (K) before it stops with an error.
-    transfer_guard: JAX's transfer guard over the backend's calls of every
-      step after the first ("allow", "log", "disallow"; `transfers`).
-  """
-
-  engine: str | None = None
-  sampling_seed: int | None = None
-  metrics_out: str | None = None
-  log_progress: bool = True
-  optimizations: host_optimizations.HostOptimizations = dataclasses.field(
-      default_factory=host_optimizations.HostOptimizations
-  )
-  trace_steps: tuple[int, ...] = ()
-  trace_dir: str | None = None
-  engine_model: engine_base.EngineModelSpec | None = None
-  checkpoint_fingerprint: Mapping[str, Any] | None = None
-  packing_timeout_s: float = packing.DEFAULT_AGREEMENT_TIMEOUT_S
-  transfer_guard: str = "allow"
-
-  def __post_init__(self):
-    transfers.check_level(self.transfer_guard)
-    if not self.packing_timeout_s > 0:
-      raise ValueError(
-          f"packing_timeout_s must be > 0 seconds, got"
-          f" {self.packing_timeout_s}."
-      )
-    if self.engine is not None and not isinstance(self.engine, str):
-      raise TypeError(f"engine must be a registered name, got {self.engine!r}")
-    if not isinstance(
-        self.optimizations, host_optimizations.HostOptimizations
-    ):
-      raise TypeError(
-          "optimizations must be a HostOptimizations, got"
-          f" {self.optimizations!r}."
-      )
-    if any(
-        not isinstance(k, int) or isinstance(k, bool) or k < 1
-        for k in self.trace_steps
-    ):
-      raise ValueError(
-          f"trace_steps must be step numbers >= 1, got {self.trace_steps}."
-      )
-    if self.trace_steps and not self.trace_dir:
-      raise ValueError("trace_steps needs trace_dir.")
-    if self.engine_model is not None and not isinstance(
-        self.engine_model, engine_base.EngineModelSpec
-    ):
-      raise TypeError(
-          f"engine_model must be an EngineModelSpec, got {self.engine_model!r}."
-      )
-
-
-def _mesh_axis_size(mesh: Mesh, axes: tuple[str, ...]) -> int:
-  return math.prod(mesh.shape[a] for a in axes)
+# The options live in their own module; callers name them here too.
+McJaxOptions = cluster_options.McJaxOptions
 
 
 class McJaxRLCluster(compat.RLCluster):
@@ -249,34 +148,13 @@ class McJaxRLCluster(compat.RLCluster):
 
     # The engine's initial weights reach this host through the same
     # all-gather that publishes every later update.
-    if spec is None:
-      graphdef, full_state = nnx.split(actor)
-      init_publisher = publication.Publisher(
-          dst=publication.replicated_like(
-              full_state, self.local_mesh, rollout_cfg.data_type
-          ),
-          local_mesh=self.local_mesh,
-      )
-      local_model = nnx.merge(graphdef, init_publisher(full_state))
-    else:
-      local_model = publication.build_engine_model(
-          spec, nnx.state(actor, nnx.Param), self.local_mesh,
-          rollout_cfg.data_type,
-      )
+    local_model = engine_weights.initial_model(
+        actor, spec, self.local_mesh, rollout_cfg.data_type)
 
     import tunix_mcjax.engines  # pylint: disable=g-import-not-at-top,unused-import
 
-    engine_name = self.options.engine
-    if engine_name is None:
-      engine_name = cluster_config.rollout_engine
-      if not isinstance(engine_name, str):
-        raise ValueError(
-            "Under mcjax the rollout engine is chosen by name (one of"
-            f" {ENGINES.names()}), got {cluster_config.rollout_engine!r}."
-        )
-      # A Tunix engine name means what it means in Tunix, or is refused.
-      support.raise_first(support.rollout_engine(engine_name, ENGINES.names()))
-      engine_name = support.mcjax_engine_name(engine_name)
+    engine_name = cluster_options.engine_name(
+        self.options, cluster_config.rollout_engine, ENGINES.names())
     # A LoRA actor trains and publishes only its adapters (as stock Tunix's
     # sync_weights filters by nnx.LoRAParam); its engine must take them.
     lora_enabled = sft_utils.is_lora_enabled(actor)
@@ -320,24 +198,12 @@ class McJaxRLCluster(compat.RLCluster):
           cluster_config=local_cfg,
           perf_config=perf_config,
       )
-    # The initial publication above sent the whole model; from here on only
-    # what trains changes: the adapters of a LoRA actor.
-    self._param_filter = nnx.LoRAParam if lora_enabled else nnx.Param
-    self._update_filter = (nnx.LoRAParam,) if lora_enabled else None
-    target = self.rollout.publication_target()
-    self.publisher = publication.Publisher(
-        dst=target,
-        local_mesh=self.local_mesh,
-        mapping=None if spec is None else spec.mapping,
-    )
-    # Nested-dict paths of the engine parameters in publication order, for
-    # the per-parameter (O4 baseline) engine update calls.
-    self._param_paths = tree_paths.param_paths(target)
-    if len(self._param_paths) != len(self.publisher.names):
-      raise ValueError(
-          "The engine's publication target does not flatten to one path per"
-          " parameter."
-      )
+    self.weights = engine_weights.EngineWeights(
+        self.rollout, local_mesh=self.local_mesh, spec=spec,
+        lora_enabled=lora_enabled)
+    # Its publisher and filter, by the names subclasses and tests read.
+    self.publisher = self.weights.publisher
+    self._param_filter = self.weights.param_filter
     self.checkpoints.attach(self.actor_trainer, lambda: self.global_steps)
     if self.options.transfer_guard != "allow":
       compat.scope_trainer_eval(
@@ -373,7 +239,7 @@ class McJaxRLCluster(compat.RLCluster):
     self._packing = None
     if cluster_config.training_config.max_seq_token_per_tpu is not None:
       tc = self.cluster_config.training_config  # This host's share.
-      data_devices = _mesh_axis_size(
+      data_devices = global_rows.mesh_axis_size(
           self.global_mesh, support.batch_axes(tc.data_sharding_axis))
       self._packing = packing.install(
           gather=telemetry.HostGather(self.local_mesh),
@@ -395,10 +261,7 @@ class McJaxRLCluster(compat.RLCluster):
 
   def _publish_restored(self) -> None:
     """The restored weights into every engine (`ClusterCheckpoints.resume`)."""
-    self.rollout.update_params(
-        self.publisher(nnx.state(self.actor_trainer.model, self._param_filter)),
-        filter_types=self._update_filter,
-    )
+    self.weights.publish(self.actor_trainer.model)
 
   @property
   def row_ids(self) -> admission_lib.TrainEvalRowIds:
@@ -441,7 +304,7 @@ class McJaxRLCluster(compat.RLCluster):
 
     Prompts are dealt in chunks of the per-host training micro-batch, so
     global micro-batch k is the single controller's micro-batch k (see
-    `admission`).
+    `admission` and `cluster_options.admission_config`).
 
     Args:
       global_batches: The job's global batches, the same on every host.
@@ -451,32 +314,11 @@ class McJaxRLCluster(compat.RLCluster):
         refused (`support.balanced_micro_batches`). None: not checked, and a
         warning is logged in that setting.
     """
-    tc = self.cluster_config.training_config
-    chunk = tc.train_micro_batch_size or tc.mini_batch_size
-    balance = self.options.optimizations.balance_admission
-    if balance and chunk is not None and tc.mini_batch_size is not None and (
-        chunk < tc.mini_batch_size):
-      if loss_agg_mode is None:
-        logging.warning(
-            "balance_admission (O3) with several micro-batches per update:"
-            " the update equals the single controller's only for the"
-            " row-normalised loss_agg_modes %s; pass loss_agg_mode to"
-            " shard_dataset to have it checked.",
-            list(support.ROW_NORMALISED_LOSS_MODES),
-        )
-      else:
-        support.raise_first(support.balanced_micro_batches(
-            balance_by_length=True, loss_agg_mode=loss_agg_mode,
-            micro_batch_size=chunk, mini_batch_size=tc.mini_batch_size,
-        ))
     adm = admission_lib.Admission(
-        admission_lib.AdmissionConfig(
-            num_hosts=self.num_hosts,
-            host_index=self.host_index,
-            num_generations=num_generations,
-            chunk_size=chunk,
-            balance_by_length=balance,
-            update_size=tc.mini_batch_size,
+        cluster_options.admission_config(
+            self.options, self.cluster_config.training_config,
+            num_hosts=self.num_hosts, host_index=self.host_index,
+            num_generations=num_generations, loss_agg_mode=loss_agg_mode,
         ),
         ledger=self.ledger,
         # Token counts, so admission time includes tokenizing the prompts.
@@ -534,45 +376,15 @@ class McJaxRLCluster(compat.RLCluster):
 
   # --- global arrays from this host's rows -----------------------------------
 
-  def _data_sharding(self) -> NamedSharding:
-    axes = support.batch_axes(
-        self.cluster_config.training_config.data_sharding_axis)
-    return NamedSharding(self.global_mesh, PartitionSpec(axes))
-
   def _to_global(self, x: Any) -> Any:
     """This host's rows -> one global array sharded over the data axes."""
-    if x is None or not hasattr(x, "shape") or x.ndim == 0:
-      return x
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-      return x
-    sharding = self._data_sharding()
-    axes = support.batch_axes(
-        self.cluster_config.training_config.data_sharding_axis)
-    per_host = _mesh_axis_size(self.global_mesh, axes) // self.num_hosts
-    if per_host == 0 or x.shape[0] % per_host:
-      # Tunix's shard_input would silently fall back to a replicated array
-      # here, i.e. treat different hosts' rows as one value.
-      raise ValueError(
-          f"This host has {x.shape[0]} rows, not a multiple of its"
-          f" {per_host} data-parallel devices; choose batch sizes (prompts x"
-          " num_generations per host and per micro-batch) that divide."
-      )
-    if isinstance(x, jax.Array):
-      return _device_rows_to_global(x, sharding, self.num_hosts)
-    with transfers.deliberate("host_rows"):
-      return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+    return global_rows.to_global(
+        x, self.global_mesh,
+        self.cluster_config.training_config.data_sharding_axis,
+        self.num_hosts)
 
-  @staticmethod
-  def _local_rows(x: jax.Array) -> np.ndarray:
-    """This host's rows of a global array sharded over the leading axis."""
-    if x.is_fully_addressable:
-      return np.asarray(x)
-    seen = {}
-    for s in x.addressable_shards:
-      start = s.index[0].start or 0
-      if start not in seen:
-        seen[start] = np.asarray(s.data)
-    return np.concatenate([seen[k] for k in sorted(seen)], axis=0)
+  # This host's rows of a global array sharded over the leading axis.
+  _local_rows = staticmethod(global_rows.local_rows)
 
   # --- the learner's calls ---------------------------------------------------
 
@@ -683,17 +495,11 @@ class McJaxRLCluster(compat.RLCluster):
             jax.transfer_guard_host_to_device("disallow_explicit")
         )
       with guard:
-        src = nnx.state(self.actor_trainer.model, self._param_filter)
-        if self.options.optimizations.publish_in_one_call:
-          # O4: one all-gather program and one engine update for all weights.
-          self.rollout.update_params(
-              self.publisher(src), filter_types=self._update_filter
-          )
-          self.step_clock.publish_calls += 1
-        else:
-          self.step_clock.publish_calls += self.publisher.publish_each(
-              src, self._update_one_param
-          )
+        # O4: all weights in one all-gather program and one engine update
+        # (else one of each per parameter).
+        self.step_clock.publish_calls += self.weights.publish(
+            self.actor_trainer.model,
+            one_call=self.options.optimizations.publish_in_one_call)
     self.global_steps += 1
     self.step_clock.overhead["gc"] += self.gc_policy.after_step(
         self.global_steps
@@ -706,13 +512,6 @@ class McJaxRLCluster(compat.RLCluster):
     return transfers.step_scope(
         self.options.transfer_guard,
         self.global_steps if finished_steps is None else finished_steps)
-
-  def _update_one_param(self, index: int, value: jax.Array) -> None:
-    """One engine update call carrying one parameter (O4 baseline)."""
-    self.rollout.update_params(
-        tree_paths.nest(self._param_paths[index], value),
-        filter_types=(self._param_filter,),
-    )
 
   # --- metrics -------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from tunix.rl.rollout import base_rollout
 from tunix_mcjax import engines
 from tunix_mcjax.engines import base as engines_base
 from tunix_mcjax.engines import native
+from tunix_mcjax.engines import per_row_keys
 from tunix_mcjax.registry import ENGINES
 
 Mesh = jax.sharding.Mesh
@@ -503,14 +504,14 @@ def test_constraints_on_engine_mesh_inside_a_global_mesh(
 
 def test_row_keys_depend_only_on_identity():
   ids = np.array([[5, 0], [5, 1], [6, 0]])
-  keys = np.asarray(native.row_keys(3, ids))
+  keys = np.asarray(per_row_keys.row_keys(3, ids))
   base = jax.random.PRNGKey(3)
   for (p, s), k in zip(ids, keys):
     want = jax.random.fold_in(jax.random.fold_in(base, p), s)
     np.testing.assert_array_equal(k, np.asarray(want))
   assert len({tuple(k) for k in keys}) == 3
   with pytest.raises(ValueError, match="2\\*\\*32"):
-    native.row_keys(3, np.array([[-1, 0]]))
+    per_row_keys.row_keys(3, np.array([[-1, 0]]))
 
 
 def test_constructor_validation(devices, trainer_model):

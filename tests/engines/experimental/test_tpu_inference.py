@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The pure-JAX part of the tpu-inference engine, on CPU.
+"""The pure-JAX part of the tpu-inference engine (its mapping), on CPU.
 
 tpu-inference itself cannot run here (TPU only), so the engine state is a
 synthetic nnx.State with the parameter names, shapes and shardings of
@@ -31,6 +31,7 @@ import pytest
 from tunix_mcjax import tree_paths
 from tunix_mcjax.recipes import models
 from tunix_mcjax.engines.experimental import tpu_inference as ti
+from tunix_mcjax.engines.experimental import tpu_inference_weights as tiw
 
 pytestmark = [pytest.mark.slow]
 
@@ -126,9 +127,9 @@ def test_local_write_values_layout_and_semantics(devices, tied):
   old = tree_paths.flat_dotted(state)[0]
   params = _published(config, devices)
   src = _np(params)
-  plan = ti.qwen3_plan(config, tp_size=TP)
+  plan = tiw.qwen3_plan(config, tp_size=TP)
 
-  new_state = ti.local_write(state, params, plan=plan)
+  new_state = tiw.local_write(state, params, plan=plan)
 
   new = tree_paths.flat_dotted(new_state)[0]
   assert sorted(new) == sorted(old)
@@ -167,17 +168,17 @@ def test_local_write_values_layout_and_semantics(devices, tied):
 
 def test_one_dispatch_one_compile_and_donation(devices):
   config = _config()
-  plan = ti.qwen3_plan(config, tp_size=TP)
+  plan = tiw.qwen3_plan(config, tp_size=TP)
   state = _engine_state(config, devices)
   old_leaves = jax.tree.leaves(state)
   params = _published(config, devices, seed=1)
-  state = ti.local_write(state, params, plan=plan)
+  state = tiw.local_write(state, params, plan=plan)
   # The old engine buffers were donated to the write (in-place update).
   assert all(x.is_deleted() for x in old_leaves)
-  writer = next(w for k, w in ti._WRITERS.items() if k[0] == plan)  # pylint: disable=protected-access
+  writer = next(w for k, w in tiw._WRITERS.items() if k[0] == plan)  # pylint: disable=protected-access
   before = writer.num_dispatches
   params2 = _published(config, devices, seed=2)
-  state = ti.local_write(state, params2, plan=plan)
+  state = tiw.local_write(state, params2, plan=plan)
   # One program per publication, compiled once: not one dispatch per layer
   # and parameter.
   assert writer.num_dispatches == before + 1
@@ -207,11 +208,11 @@ def test_scanned_trainer_layers_are_unstacked_in_the_same_program(
       for k, v in scanned.items()
   }
   assert scanned["layers.attn.q_proj.w"].shape[layer_axis] == 3
-  a = ti.local_write(_engine_state(config, devices), per_layer,
-                     plan=ti.qwen3_plan(config, tp_size=TP))
-  b = ti.local_write(
+  a = tiw.local_write(_engine_state(config, devices), per_layer,
+                     plan=tiw.qwen3_plan(config, tp_size=TP))
+  b = tiw.local_write(
       _engine_state(config, devices), _nest(scanned),
-      plan=ti.qwen3_plan(config, tp_size=TP, scanned=True,
+      plan=tiw.qwen3_plan(config, tp_size=TP, scanned=True,
                          layer_axis=layer_axis))
   fa, fb = tree_paths.flat_dotted(a)[0], tree_paths.flat_dotted(b)[0]
   for name in fa:
@@ -233,7 +234,7 @@ def test_ndh_q_proj_layout(devices):
                                   jax.sharding.NamedSharding(mesh, p)))
       for n, (s, p) in spec.items()}))
   params = _published(config, devices)
-  out = ti.local_write(state, params, plan=ti.qwen3_plan(
+  out = tiw.local_write(state, params, plan=tiw.qwen3_plan(
       config, tp_size=TP, q_proj_layout="NDH"))
   got = np.asarray(
       tree_paths.flat_dotted(out)[0]["model.layers.0.self_attn.q_proj.weight"])
@@ -243,33 +244,33 @@ def test_ndh_q_proj_layout(devices):
 
 def test_mismatches_name_the_parameter(devices):
   config = _config()
-  plan = ti.qwen3_plan(config, tp_size=TP)
+  plan = tiw.qwen3_plan(config, tp_size=TP)
   params = _published(config, devices)
 
   # An engine built for another width.
   other = _engine_state(_config(hidden_dim=96), devices)
   with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.down_proj"
                      r"\.weight.*layers\.0\.mlp\.down_proj\.kernel"):
-    ti.local_write(other, params, plan=plan, donate=False)
+    tiw.local_write(other, params, plan=plan, donate=False)
 
   # A trainer tree without one parameter.
   flat = tree_paths.flat_dotted(params)[0]
   del flat["layers.1.attn.v_proj.w"]
   with pytest.raises(ValueError, match=r"layers\.1\.attn\.v_proj\.w"):
-    ti.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
+    tiw.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
                    donate=False)
 
   # A trainer parameter the engine has no place for (untied head, tied engine).
   with pytest.raises(ValueError, match=r"lm_head\.w"):
-    ti.local_write(_engine_state(_config(tied=True), devices), params,
-                   plan=ti.qwen3_plan(_config(tied=True), tp_size=TP),
+    tiw.local_write(_engine_state(_config(tied=True), devices), params,
+                   plan=tiw.qwen3_plan(_config(tied=True), tp_size=TP),
                    donate=False)
 
   # An engine parameter the plan does not write would keep stale weights.
   eng = tree_paths.flat_dotted(_engine_state(config, devices))[0]
   eng["model.layers.0.self_attn.extra.weight"] = eng["model.norm.weight"]
   with pytest.raises(ValueError, match=r"self_attn\.extra\.weight"):
-    ti.local_write(nnx.State(_nest(eng)), params, plan=plan, donate=False)
+    tiw.local_write(nnx.State(_nest(eng)), params, plan=plan, donate=False)
 
 
 # --- LoRA: adapters merged into their base weights in the same program -----
@@ -306,15 +307,15 @@ def test_lora_adapters_are_merged_in_the_same_program(devices,
   src = {**_np(base), **_np(lora)}
   adapters = [n for n in src if n.endswith("_lora_a")]
   assert len(adapters) == config.num_layers * 7
-  plan = ti.with_lora(ti.qwen3_plan(config, tp_size=TP), set(
+  plan = tiw.with_lora(tiw.qwen3_plan(config, tp_size=TP), set(
       tree_paths.flat_params(base)) | set(tree_paths.flat_params(lora)),
                       scale=ALPHA / RANK)
   assert sum(t.lora_a is not None for t in plan) == len(adapters)
   # What a LoRA actor publishes: only the adapters; the engine holds the
   # base. One program per publication, as without LoRA.
-  state = ti.local_write(_engine_state(config, devices), lora, plan=plan,
+  state = tiw.local_write(_engine_state(config, devices), lora, plan=plan,
                          base_params=base)
-  writer = next(w for k, w in ti._WRITERS.items() if k[0] == plan)  # pylint: disable=protected-access
+  writer = next(w for k, w in tiw._WRITERS.items() if k[0] == plan)  # pylint: disable=protected-access
   assert writer.num_dispatches == 1
   got = {n: np.asarray(x, np.float32)
          for n, x in tree_paths.flat_dotted(state)[0].items()}
@@ -349,7 +350,7 @@ def test_lora_adapters_are_merged_in_the_same_program(devices,
     np.testing.assert_array_equal(got[pre + "self_attn.k_norm.weight"],
                                   bf16(src[t + "attn.k_norm.w"]))
   # The full tree (base + adapters in one) gives the same engine state.
-  full = ti.local_write(_engine_state(config, devices), _nest({
+  full = tiw.local_write(_engine_state(config, devices), _nest({
       **tree_paths.flat_dotted(base)[0], **tree_paths.flat_dotted(lora)[0]}),
                         plan=plan)
   for name, x in tree_paths.flat_dotted(full)[0].items():
@@ -361,33 +362,33 @@ def test_lora_mismatches_are_refused(devices, lora_published):
   config = _config()
   paths = set(tree_paths.flat_params(base)) | set(tree_paths.flat_params(lora))
   # An adapter on a weight the engine does not take would be dropped.
-  plan = ti.qwen3_plan(config, tp_size=TP)
+  plan = tiw.qwen3_plan(config, tp_size=TP)
   with pytest.raises(ValueError, match=r"layers\.0\.mlp\.up_proj\.kernel"):
-    ti.with_lora([t for t in plan
+    tiw.with_lora([t for t in plan
                   if t.source != "layers.0.mlp.up_proj.kernel"], paths,
                  scale=2.0)
   # An adapter of another shape names the engine parameter.
-  plan = ti.with_lora(plan, paths, scale=2.0)
+  plan = tiw.with_lora(plan, paths, scale=2.0)
   flat = tree_paths.flat_dotted(lora)[0]
   flat["layers.1.attn.q_proj.w_lora_b"] = jnp.zeros((RANK + 1, 4, 64))
   with pytest.raises(ValueError, match=r"model\.layers\.1\.self_attn\.q_proj"
                      r"\.weight.*does not give"):
-    ti.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
+    tiw.local_write(_engine_state(config, devices), _nest(flat), plan=plan,
                    base_params=base, donate=False)
   # Without the base, the adapters alone cannot be written.
   with pytest.raises(ValueError, match="missing from the published tree"):
-    ti.local_write(_engine_state(config, devices), lora, plan=plan,
+    tiw.local_write(_engine_state(config, devices), lora, plan=plan,
                    donate=False)
   with pytest.raises(NotImplementedError, match="scanned"):
-    ti.TargetParam(name="x", source="layers.attn.q_proj.w", layer=0,
+    tiw.TargetParam(name="x", source="layers.attn.q_proj.w", layer=0,
                    layer_axis=0, lora_a="a", lora_b="b", lora_scale=2.0)
 
 
 def test_plan_rejects_layouts_that_would_compute_differently():
   with pytest.raises(ValueError, match="head_dim 32"):
-    ti.qwen3_plan(models.tiny_qwen3_config(head_dim=32))
+    tiw.qwen3_plan(models.tiny_qwen3_config(head_dim=32))
   with pytest.raises(ValueError, match="query heads"):
-    ti.qwen3_plan(_config(), tp_size=8)
+    tiw.qwen3_plan(_config(), tp_size=8)
 
 
 def test_registry_marks_the_engine_experimental(caplog):

@@ -16,5 +16,5 @@
 """Engines that have never run on the hardware they target.
 
 `tpu_inference`: the tpu-inference (vLLM on TPU) engine. Its mapping and
-local write are tested on CPU; the engine wrapper itself has never run on a
-TPU. Registered as "vllm_tpu"."""
+local write (`tpu_inference_weights`) are tested on CPU; the engine wrapper
+itself has never run on a TPU. Registered as "vllm_tpu"."""
