@@ -226,3 +226,23 @@ def test_resumed_cli_run_equals_the_uninterrupted_one(resume_runs):
   # The parameters trained: step 2's checkpoint differs from step 4's.
   step2 = _restore(ref_ckpt / "actor" / str(_EVERY))
   assert any(not np.array_equal(step2[n], v) for n, v in ref_arrays.items())
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_a_resume_with_another_config_is_refused_before_hosts_start(
+    inputs, resume_runs, tmp_path):
+  _, ckpt, _ = resume_runs["resumed"]
+  cmd, env, cwd = _command(inputs, tmp_path / "changed", ckpt)
+  # The job's own keys: a learning rate, and the group size G.
+  cmd = [a.replace("peak_value=0.05", "peak_value=0.07") for a in cmd]
+  cmd.append("grpo_config.num_generations=2")
+  proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
+                        text=True, timeout=_TIMEOUT_S)
+  assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "was written with another configuration" in proc.stderr, proc.stderr
+  assert "actor_optimizer_config: peak_value: checkpoint 0.05, now 0.07" in (
+      proc.stderr), proc.stderr
+  assert "grpo_config: num_generations: checkpoint" in proc.stderr
+  assert "on this machine" not in proc.stdout  # No host was started.
+  assert "Traceback" not in proc.stderr

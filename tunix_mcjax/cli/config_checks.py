@@ -114,6 +114,17 @@ def check_mcjax_config(
   )
   problems = [*unreadable, *check.problems,
               *data.missing_local_inputs(pipeline.config)]
+  root = pipeline.checkpoint_root()
+  if root is not None and not problems:
+    from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
+
+    # An unwritable root, or a checkpoint of another configuration: here,
+    # rather than inside every host (the hosts check the model's shapes).
+    try:
+      checkpointing.check_writable(root)
+      checkpointing.check_resume(root, pipeline.checkpoint_fingerprint())
+    except checkpointing.CheckpointError as e:
+      problems.append(str(e))
   if problems:
     raise ConfigError(
         f"this config cannot run with --backend={pipeline.options.backend}:"

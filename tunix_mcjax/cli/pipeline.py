@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 import contextlib
+import copy
 import dataclasses
 import functools
 import json
@@ -96,6 +97,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     self._eval_ds: Any = None
     self._mesh_choice: Any = None  # mcjax: set by create_role_to_mesh.
     super().__init__(argv, **kwargs)
+    # Taken from the config as parsed: Tunix later fills in values derived
+    # from the run's length (the schedule's decay and warmup steps), which
+    # a resume may change.
+    self._fingerprint = self._parsed_fingerprint()
 
   @property
   def _num_generations(self) -> int:
@@ -371,7 +376,42 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         engine=self.options.engine,
         optimizations=self.options.optimizations(),
         transfer_guard=self.options.transfer_guard,
+        checkpoint_fingerprint=self.checkpoint_fingerprint(),
     )
+
+  def checkpoint_root(self) -> str | None:
+    """`rl_training_config.checkpoint_root_directory`, or None."""
+    return self._config_mapping("rl_training_config").get(
+        "checkpoint_root_directory") or None
+
+  def checkpoint_fingerprint(self) -> dict[str, Any]:
+    """The config values a resume must not change (the cluster adds the
+    model's shapes and the batch split). Hosts, steps, logging and the
+    checkpoint options may change."""
+    return copy.deepcopy(self._fingerprint)
+
+  def _parsed_fingerprint(self) -> dict[str, Any]:
+    def section(key: str, *names: str) -> dict[str, Any]:
+      values = dict(self.config) if not key else self._config_mapping(key)
+      picked = {n: values.get(n) for n in names} if names else dict(values)
+      # As the checkpoint's JSON reads back (OmegaConf containers, tuples).
+      return json.loads(json.dumps(picked, sort_keys=True, default=str))
+
+    top = section("", "data_source", "dataset_name", "data_directory",
+                  "train_fraction", "batch_size", "reward_functions",
+                  "apply_chat_template_to_dataset", "rollout_engine")
+    return {
+        **{f"config.{k}": v for k, v in top.items()},
+        "model_config": section("model_config", "model_name", "model_id",
+                                "lora_config"),
+        "actor_optimizer_config": section("rl_training_config").get(
+            "actor_optimizer_config"),
+        "grpo_config": section("grpo_config"),
+        "rollout_config": section(
+            "rollout_config", "temperature", "top_p", "top_k", "seed",
+            "max_prompt_length", "total_generation_steps"),
+        "engine": self.options.engine,
+    }
 
   def _post_init_dataset(self, real_post_init, dataset, tokenizer, **kwargs):
     train, rest = real_post_init(dataset, tokenizer, **kwargs)
