@@ -17,8 +17,13 @@ the rule that only compat reaches those names, and the fixes."""
 
 import importlib
 import io
+import logging
 import pathlib
+import subprocess
+import sys
+import textwrap
 import tokenize
+import types
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +31,11 @@ import pytest
 from tunix.rl import utils as rl_utils
 
 from tunix_mcjax import compat
+from tunix_mcjax.compat import jax_runtime
+from tunix_mcjax.compat import ray_cluster
+from tunix_mcjax.compat import reaches
 from tunix_mcjax.compat import touch_points
+from tunix_mcjax.compat import vllm_engine
 from tunix_mcjax.recipes import models
 
 _PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tunix_mcjax"
@@ -124,6 +133,141 @@ def test_private_access_scan_finds_what_it_should():
   )
   assert _private_accesses(source, names) == [
       (1, "_SamplingState"), (2, "_sample"), (5, "_sample")]
+
+
+def test_no_private_upstream_name_is_reached_outside_compat():
+  found = reaches.private_reaches(_PACKAGE)
+  assert not found, (
+      "Private upstream names (jax._src, ray._private, vLLM internals, ...)"
+      " reached outside tunix_mcjax/compat: wrap each in a compat function"
+      " and add its row to compat/touch_points.py:\n" + "\n".join(found))
+
+
+def test_private_reach_scan_finds_what_it_should(tmp_path):
+  root = tmp_path / "pkg"
+  bad = """
+      import jax._src.clusters
+      from ray._private import ray_constants
+      from tunix.generate.sampler import _SamplingState
+      from vllm.platforms import current_platform
+      import logging
+
+      def f(llm, ray, sampler):
+        w = llm.llm_engine.model_executor.driver_worker
+        ray.init(_temp_dir="/tmp/x")
+        logging.getLogger("ray._private.authentication")
+        getattr(sampler, "_sample")
+        return self._sample, super()._log_metrics, "jax._src is private"
+      """
+  files = {
+      "__init__.py": "",
+      "bad.py": bad,
+      # Allowed: compat itself, public names, own private names, overrides.
+      "compat/__init__.py": "",
+      "compat/wrap.py": bad,
+      "good.py": """
+          import jax
+          from jax import numpy as jnp
+          from pkg import _own
+          from ray.util import placement_group
+
+          def f(x):
+            return x._own_attr, getattr(x, "_own_attr"), jax.devices()
+          """,
+  }
+  for name, text in files.items():
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+  assert reaches.private_reaches(root) == [
+      "pkg/bad.py:2: import jax._src.clusters",
+      "pkg/bad.py:3: from ray._private import ray_constants",
+      "pkg/bad.py:4: from tunix.generate.sampler import _SamplingState",
+      "pkg/bad.py:5: from vllm.platforms import current_platform",
+      "pkg/bad.py:9: .driver_worker",
+      "pkg/bad.py:9: .llm_engine",
+      "pkg/bad.py:9: .model_executor",
+      "pkg/bad.py:10: _temp_dir=",
+      "pkg/bad.py:11: 'ray._private.authentication'",
+      "pkg/bad.py:12: getattr(..., '_sample')",
+  ]
+
+
+def test_internal_names_are_named_by_rows():
+  text = " ".join(f"{r.module} {r.attr} {r.needle}"
+                  for r in touch_points.TOUCH_POINTS)
+  unnamed = sorted(n for n in reaches.INTERNAL_NAMES if n not in text)
+  assert not unnamed, unnamed
+  for row in touch_points.TOUCH_POINTS:
+    if reaches.is_private_upstream(row.module):
+      # A private module is reached through compat only.
+      assert row.wrapper.startswith("compat."), row
+
+
+def test_light_compat_modules_import_neither_tunix_nor_jax():
+  # runtime.py reads compat.jax_runtime before JAX starts.
+  code = ("import sys\n"
+          "from tunix_mcjax.compat import jax_runtime, ray_cluster\n"
+          "from tunix_mcjax.compat import reaches, vllm_engine\n"
+          "heavy = sorted({m.split('.')[0] for m in sys.modules}"
+          " & {'jax', 'tunix', 'ray', 'vllm'})\n"
+          "assert not heavy, heavy\n")
+  subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_jax_runtime_reads_the_installed_jax():
+  detectors = jax_runtime.cluster_detectors()
+  names = [name for name, _ in detectors]
+  assert "SlurmCluster" in names
+  # Opt-in detectors (mpi4py) are left out.
+  assert "Mpi4pyCluster" not in names
+  assert all(callable(probe) for _, probe in detectors)
+  assert isinstance(jax_runtime.running_in_cloud_tpu_vm(), bool)
+  assert jax_runtime.backends_are_initialized() in (True, False)
+
+
+def test_ray_cluster_flags_are_restored():
+  pytest.importorskip("ray")  # Not in .venv-vllm.
+  from ray._private import ray_constants  # pylint: disable=g-import-not-at-top
+
+  before = ray_constants.ENABLE_RAY_CLUSTER
+  with pytest.raises(KeyError):
+    with ray_cluster.loopback_node_ip():
+      assert ray_constants.ENABLE_RAY_CLUSTER is False
+      raise KeyError("on the way out")
+  assert ray_constants.ENABLE_RAY_CLUSTER == before
+  with ray_cluster.loopback_node_ip(active=False):
+    assert ray_constants.ENABLE_RAY_CLUSTER == before
+  auth = importlib.import_module(ray_cluster.AUTH_SETUP_LOGGER)
+  assert logging.getLogger(ray_cluster.AUTH_SETUP_LOGGER) is auth.logger
+  level = auth.logger.level
+  with ray_cluster.quiet_auth_notice():
+    assert auth.logger.level == logging.ERROR
+  assert auth.logger.level == level
+  assert ray_cluster.temp_dir_kwargs("/tmp/t") == {"_temp_dir": "/tmp/t"}
+
+
+def test_vllm_engine_reaches_the_worker_and_its_lm_head():
+  calls = []
+  head = types.SimpleNamespace()
+  head.quant_method = types.SimpleNamespace(
+      process_weights_after_loading=lambda layer: calls.append(layer))
+  worker = types.SimpleNamespace(
+      reload_weights=lambda weights_iterator: calls.append(
+          list(weights_iterator)),
+      model_runner=types.SimpleNamespace(
+          get_model=lambda: types.SimpleNamespace(lm_head=head)))
+  engine = types.SimpleNamespace(
+      model_executor=types.SimpleNamespace(driver_worker=worker))
+  llm = types.SimpleNamespace(llm_engine=engine)
+  assert vllm_engine.engine_worker(llm) is worker
+  vllm_engine.load_tensors(worker, iter([("w", 1)]))
+  vllm_engine.reprocess_tied_lm_head(worker)
+  assert calls == [[("w", 1)], head]
+  vllm_engine.shutdown(llm)  # This engine has no shutdown: nothing to do.
+  engine.shutdown = lambda: calls.append("shutdown")
+  vllm_engine.shutdown(llm)
+  assert calls[-1] == "shutdown"
 
 
 def test_compat_hooks_exist_in_installed_tunix():

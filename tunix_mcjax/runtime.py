@@ -488,9 +488,9 @@ def xla_flags_with_device_count(xla_flags: str, devices: int) -> str:
   return " ".join(flags)
 
 
-# --- Private JAX names -------------------------------------------------------
-# The only places that touch jax._src. A JAX upgrade that moves them should
-# break these helpers (and tests/test_runtime.py), nothing else.
+# --- Cluster detection -------------------------------------------------------
+# JAX's detectors and backend state are private (jax._src): they are reached
+# only through compat.jax_runtime, imported where used (it imports no JAX).
 
 
 def _detected_cluster() -> str | None:
@@ -514,25 +514,21 @@ def _detected_cluster() -> str | None:
 
 def _scheduler_cluster() -> str | None:
   """The scheduler or TPU environment JAX's detectors find, or None."""
-  try:
-    from jax._src import clusters  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import jax_runtime  # pylint: disable=g-import-not-at-top
 
-    cluster_types = list(clusters.ClusterEnv._cluster_types)  # pylint: disable=protected-access
-  except (ImportError, AttributeError):
+  detectors = jax_runtime.cluster_detectors()  # Without opt-in ones (mpi4py).
+  if detectors is None:
     return None
-  for cluster in cluster_types:
-    # Opt-in detectors (mpi4py) claim any machine that merely has the package.
-    if getattr(cluster, "opt_in_only_method", False):
-      continue
+  for name, is_env_present in detectors:
     try:
-      present = cluster.is_env_present()
+      present = is_env_present()
     except Exception as e:  # pylint: disable=broad-exception-caught
       hints = cluster_hints()
       if hints:
         # Falling back to a local simulation here would train the wrong job
         # (one CPU "cluster" per host) without a word.
         raise ClusterDetectionError(
-            f"JAX's {cluster.__name__} detector failed ({type(e).__name__}:"
+            f"JAX's {name} detector failed ({type(e).__name__}:"
             f" {e}) on a machine that looks like a cluster"
             f" ({', '.join(hints)}); fix the cluster environment (e.g. the"
             " metadata server or the scheduler's variables), or set"
@@ -542,10 +538,10 @@ def _scheduler_cluster() -> str | None:
       # A detector that cannot even probe on a plain machine (e.g. no
       # metadata server off cloud) means we are not on that cluster.
       logging.debug("cluster detector %s raised %r; not a cluster here",
-                    cluster.__name__, e)
+                    name, e)
       present = False
     if present:
-      return cluster.__name__
+      return name
   return None
 
 
@@ -565,13 +561,10 @@ def cluster_hints(environ: Mapping[str, str] | None = None) -> list[str]:
   """What makes this machine look like part of a cluster (may be empty)."""
   environ = os.environ if environ is None else environ
   hints = [name for name in _CLUSTER_HINT_VARS if environ.get(name)]
-  try:
-    from jax._src import cloud_tpu_init  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import jax_runtime  # pylint: disable=g-import-not-at-top
 
-    if getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False):
-      hints.append("a Cloud TPU VM")
-  except ImportError:
-    pass
+  if jax_runtime.running_in_cloud_tpu_vm():
+    hints.append("a Cloud TPU VM")
   return hints
 
 
@@ -582,9 +575,6 @@ def backend_started() -> bool | None:
   """
   if "jax" not in sys.modules:
     return False
-  try:
-    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import jax_runtime  # pylint: disable=g-import-not-at-top
 
-    return bool(xla_bridge.backends_are_initialized())
-  except (ImportError, AttributeError):
-    return None
+  return jax_runtime.backends_are_initialized()

@@ -37,6 +37,7 @@ vllm = pytest.importorskip("vllm")
 
 from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
 from tunix_mcjax import tree_paths  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.compat import touch_points  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import base  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
@@ -355,3 +356,13 @@ def test_row_seeds_depend_only_on_identity():
   assert a[2] == b[0] and a[1] == b[1] and len(set(a)) == 3
   assert vllm_engine.row_seeds(8, np.array([[3, 0]]))[0] != a[0]
   assert all(0 <= s < 2**63 for s in a)
+
+
+# vLLM's own rows of the touch-point table: tests/test_compat.py runs in the
+# main environment only (no vLLM), this module where vLLM is installed.
+@pytest.mark.parametrize(
+    "row", [r for r in touch_points.TOUCH_POINTS
+            if r.module.split(".")[0] == "vllm"],
+    ids=lambda r: f"{r.module}.{r.attr}")
+def test_vllm_touch_point_holds(row):
+  assert touch_points.problem(row) is None, row.why

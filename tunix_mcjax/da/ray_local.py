@@ -30,8 +30,9 @@ checks every listening socket of the job's processes):
     loopback address when the node IP is loopback. But ray.init turns a
     loopback `_node_ip_address` into the machine's routable address, unless
     `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (read when ray is imported, hence
-    also `ray_constants.ENABLE_RAY_CLUSTER`, the one private Ray name used
-    here; a Ray that moves it fails the node-IP check after start-up).
+    also the flag Ray keeps of it, which `compat.ray_cluster` turns off
+    around ray.init; the private Ray names used here all live there, and a
+    Ray that stops reading the flag fails the node-IP check after start-up).
   * include_dashboard=False: no dashboard HTTP server.
   * AUTOSCALER_METRIC_PORT=0: the monitor's metrics port is a free one, not
     the fixed 44217 that two heads on one machine would fight over.
@@ -66,6 +67,7 @@ from typing import Any, Mapping
 
 from absl import logging
 
+from tunix_mcjax.compat import ray_cluster as compat_ray
 from tunix_mcjax.da import options as options_lib
 
 # Every process Ray starts for a local head inherits this variable (set in
@@ -272,7 +274,7 @@ class RaySession:
           include_dashboard=False,
           num_cpus=config.num_cpus,
           object_store_memory=config.object_store_memory,
-          _temp_dir=self.temp_dir,
+          **compat_ray.temp_dir_kwargs(self.temp_dir),
       )
     else:
       kwargs["address"] = config.address
@@ -344,16 +346,14 @@ class RaySession:
     if self.config.local:
       backstop = threading.Timer(timeout + 5.0, self._kill_stuck_start)
       backstop.daemon = True
-    ray_constants = None
-    if self.config.local or _on_loopback(self.config.address):
-      # See the module docstring: keeps the node IP on loopback even when ray
-      # was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was set. For a
-      # cluster reached on loopback (one on this machine bound to 127.0.0.1)
-      # it also stops ray.init from rewriting the address into the machine's
-      # routable one, where nothing listens.
-      from ray._private import ray_constants  # pylint: disable=g-import-not-at-top
-      cluster_flag = ray_constants.ENABLE_RAY_CLUSTER
-      ray_constants.ENABLE_RAY_CLUSTER = False
+    # See the module docstring: keeps the node IP on loopback even when ray
+    # was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was set. For a
+    # cluster reached on loopback (one on this machine bound to 127.0.0.1) it
+    # also stops ray.init from rewriting the address into the machine's
+    # routable one, where nothing listens. Undone once the alarm is off.
+    flags = contextlib.ExitStack()
+    flags.enter_context(compat_ray.loopback_node_ip(
+        self.config.local or _on_loopback(self.config.address)))
     old_handler = signal.signal(signal.SIGALRM, on_alarm)
     old_delay, _ = signal.setitimer(signal.ITIMER_REAL, timeout)
     t0 = time.monotonic()
@@ -362,20 +362,13 @@ class RaySession:
         backstop.start()
       # Quiets Ray's start-up notice that token authentication is on (it is
       # on on purpose; see _prepare_local_env).
-      auth_logger = std_logging.getLogger(
-          "ray._private.authentication.authentication_token_setup")
-      auth_level = auth_logger.level
-      auth_logger.setLevel(std_logging.ERROR)
-      try:
+      with compat_ray.quiet_auth_notice():
         ray.init(**kwargs)
-      finally:
-        auth_logger.setLevel(auth_level)
     finally:
       armed[0] = False
       signal.setitimer(signal.ITIMER_REAL, 0)
       signal.signal(signal.SIGALRM, old_handler)
-      if ray_constants is not None:
-        ray_constants.ENABLE_RAY_CLUSTER = cluster_flag
+      flags.close()
       if backstop is not None:
         backstop.cancel()
       if old_delay:

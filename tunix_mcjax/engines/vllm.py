@@ -26,6 +26,11 @@ Tunix's own parameter layout, replicated on the host's engine mesh), and
   `driver_worker.reload_weights(weights_iterator=...)` --> (tied embeddings:
   re-process the LM head) --> reset the prefix cache.
 
+vLLM's internals on that path (the driver worker, the LM head) are reached
+through `compat.vllm_engine`. Beside this module: `vllm_staging` (the
+staging checks and torch views), `vllm_requests` (requests to vLLM and
+reading its outputs), `vllm_lora` (a LoRA actor's merge state).
+
 The engine is created from a Hugging Face `config.json` that this module
 writes from the trainer's Tunix `ModelConfig` (no hub access, no weight or
 tokenizer files): vLLM starts with `load_format="dummy"` and receives its
@@ -63,7 +68,6 @@ import tempfile
 import time
 import types
 from typing import Any
-import warnings
 
 from flax import nnx
 import jax
@@ -72,18 +76,23 @@ import numpy as np
 from tunix.generate import tokenizer_adapter
 from tunix.rl.rollout import base_rollout
 
-from tunix_mcjax import compat
 from tunix_mcjax import tree_paths
+from tunix_mcjax.compat import vllm_engine as compat_vllm
 from tunix_mcjax.engines import base
 from tunix_mcjax.engines import lora_merge
 from tunix_mcjax.engines import qwen3_hf
+from tunix_mcjax.engines import vllm_lora
 from tunix_mcjax.engines import vllm_options
+from tunix_mcjax.engines import vllm_requests
+from tunix_mcjax.engines import vllm_staging
 
 VllmEngineOptions = vllm_options.VllmEngineOptions
+row_seeds = vllm_requests.row_seeds
 
 Mesh = jax.sharding.Mesh
 NamedSharding = jax.sharding.NamedSharding
 PartitionSpec = jax.sharding.PartitionSpec
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EngineUpdateStats:
@@ -94,40 +103,6 @@ class EngineUpdateStats:
   convert_seconds: float  # JAX -> torch views (DLPack or host copies).
   reload_seconds: float  # vLLM's reload_weights (+ LM-head re-processing).
   seconds: float  # The whole call, including checks and cache handling.
-
-
-def row_seeds(seed: int, row_ids: np.ndarray) -> list[int]:
-  """One 63-bit vLLM seed per row from (engine seed, prompt, sample).
-
-  Args:
-    seed: the engine's base seed.
-    row_ids: (B, 2) non-negative ints: global prompt index, sample index.
-
-  Returns:
-    B Python ints; equal ids give equal seeds whatever their position.
-  """
-  out = []
-  for prompt, sample in np.asarray(row_ids, dtype=np.int64).tolist():
-    state = np.random.SeedSequence([int(seed) & (2**63 - 1), prompt, sample])
-    hi, lo = state.generate_state(2, np.uint32).tolist()
-    out.append(((hi << 32) | lo) & (2**63 - 1))
-  return out
-
-
-def _next_power_of_2(x: int) -> int:
-  return 1 if x <= 1 else 1 << (x - 1).bit_length()
-
-
-def _numpy_to_torch(torch: Any, x: np.ndarray) -> Any:
-  x = np.ascontiguousarray(x)
-  with warnings.catch_warnings():
-    # Arrays read from JAX are read-only; vLLM only copies from these
-    # tensors into its own storage, so PyTorch's warning does not apply.
-    warnings.filterwarnings("ignore", message=".*not writable.*")
-    if x.dtype.name == "bfloat16":
-      # NumPy has no native bfloat16 (ml_dtypes); reinterpret the bits.
-      return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(x)
 
 
 class VllmEngine(base.Engine):
@@ -216,15 +191,11 @@ class VllmEngine(base.Engine):
     params = nnx.state(source, nnx.Param)
     flat = tree_paths.flat_params(params)
     # A LoRA actor (qwix adapters): vLLM runs merged weights; the adapters
-    # are published and merged here (see `_init_lora`).
-    self._adapted = lora_merge.adapters(flat)
-    lora_flat = {}
-    if self._adapted:
-      lora_paths = {p for t in self._adapted for p in (t.a, t.b)}
-      lora_flat = {p: x for p, x in flat.items() if p in lora_paths}
-      flat = {p: x for p, x in flat.items() if p not in lora_paths}
+    # are published and merged here (`vllm_lora`).
+    flat, lora_flat, adapted = vllm_lora.split(flat)
+    if adapted:
       # Before vLLM starts: alpha and rank are not stored in the model.
-      self._lora_scale = lora_merge.scale(
+      lora_scale = lora_merge.scale(
           getattr(rollout_config, "rollout_vllm_lora_config", None),
           where="RolloutConfig.rollout_vllm_lora_config",
       )
@@ -237,22 +208,21 @@ class VllmEngine(base.Engine):
       raise ValueError(f"Unsupported vLLM dtype {dtype!r}; choose one of"
                        f" {vllm_options.DTYPES} (VllmEngineOptions.dtype).")
     self._dtype = np.dtype(jax.numpy.dtype(dtype))
-    self._expected = {
-        p: jax.ShapeDtypeStruct(tuple(x.shape), self._dtype)
-        for p, x in flat.items()
-    }
     self._target = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(
             x.shape, self._dtype, sharding=self._replicated
         ),
-        nnx.state(source, nnx.LoRAParam) if self._adapted else params,
+        nnx.state(source, nnx.LoRAParam) if adapted else params,
     )
-    self._bytes = int(sum(np.prod(s.shape) * self._dtype.itemsize
-                          for s in self._expected.values()))
     self._max_model_len = self._resolve_max_model_len(rollout_config)
     self.last_update_stats: EngineUpdateStats | None = None
 
-    self._vllm, self._torch = vllm_options.import_vllm()
+    self._vllm, torch = vllm_options.import_vllm()
+    self._staging = vllm_staging.Staging(
+        {p: jax.ShapeDtypeStruct(tuple(x.shape), self._dtype)
+         for p, x in flat.items()},
+        dtype=self._dtype, sharding=self._replicated, device=self._device,
+        transfer=self._options.transfer, torch=torch)
     self._tmpdir = None
     config_dir = self._options.config_dir
     if config_dir is None:
@@ -272,18 +242,20 @@ class VllmEngine(base.Engine):
     )
     self._config_dir = config_dir
     self._llm = self._create_llm(config_dir, dtype)
-    self._worker = self._llm.llm_engine.model_executor.driver_worker
+    self._worker = compat_vllm.engine_worker(self._llm)
     # The first real weights arrive like every later update. A host-local
     # model's arrays are already on this host; the single-controller
     # backend's actor is sharded, hence `reshard` for this one call.
     self._pending: dict[Any, jax.Array] = {}
     self._embedding_path = ("embedder", "input_embedding")
-    self._check_params(flat, allow_reshard=True, subset=False)
-    self._lora_pending: dict[Any, jax.Array] = {}
-    if self._adapted:
-      self._init_lora(flat, lora_flat)
-      flat = {**flat, **lora_merge.merge(
-          self._lora_base, lora_flat, self._adapted, self._lora_scale)}
+    self._staging.check(flat, allow_reshard=True, subset=False)
+    self._lora: vllm_lora.LoraMerge | None = None
+    if adapted:
+      self._lora = vllm_lora.LoraMerge(
+          flat, lora_flat, adapted=adapted, scale=lora_scale,
+          tensors=self._mapping.tensors, dtype=self._dtype,
+          sharding=self._replicated)
+      flat = {**flat, **self._lora.merged(lora_flat)}
     self._install(flat, subset=False)
     self.initial_install_stats = self.last_update_stats
     self.last_update_stats = None
@@ -303,7 +275,7 @@ class VllmEngine(base.Engine):
 
   def _create_llm(self, config_dir: str, dtype: str) -> Any:
     opts = self._options
-    from vllm.platforms import current_platform as platform  # pylint: disable=g-import-not-at-top
+    platform = compat_vllm.platform()
     on_cpu = platform.is_cpu()
     if on_cpu:
       os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE",
@@ -343,11 +315,8 @@ class VllmEngine(base.Engine):
   def _check_head_dim(self, on_cpu: bool) -> None:
     if not on_cpu:
       return
-    try:
-      from vllm.v1.attention.backends import cpu_attn  # pylint: disable=g-import-not-at-top
-
-      supported = cpu_attn.CPUAttentionBackend.get_supported_head_sizes()
-    except (ImportError, AttributeError):  # Other vLLM versions: let it try.
+    supported = compat_vllm.cpu_attention_head_sizes()
+    if supported is None:  # Other vLLM versions: let it try.
       return
     head_dim = self._head_dim
     if head_dim not in supported:
@@ -407,13 +376,13 @@ class VllmEngine(base.Engine):
       ValueError: naming the first parameter that is unexpected, missing
         (complete updates), or of the wrong shape, dtype or layout.
     """
-    if self._adapted:
+    if self._lora is not None:
       self._update_lora(params)
       return
     flat = tree_paths.flat_params(params)
-    complete = set(flat) == set(self._expected)
-    self._check_params(flat, allow_reshard=self._reshard_on_update,
-                       subset=filter_types is not None)
+    complete = set(flat) == set(self._staging.expected)
+    self._staging.check(flat, allow_reshard=self._reshard_on_update,
+                        subset=filter_types is not None)
     if complete:
       self._pending.clear()
       self._install(flat, subset=False)
@@ -423,100 +392,30 @@ class VllmEngine(base.Engine):
     if ready:
       self._install({p: self._pending.pop(p) for p in ready}, subset=True)
 
-  def _init_lora(self, flat, lora_flat) -> None:
-    """Keeps what merging the adapters needs, host-local on the engine mesh.
-
-    vLLM (PyTorch) loads LoRA adapters from files only, so the adapters are
-    merged into their base weights here: W + (alpha / rank) * tensordot(A,
-    B) (`lora_merge`). The base weights of every vLLM module an adapter
-    touches (q/k/v and gate/up are packed) stay in JAX on this host; the
-    rest of the frozen base is only in vLLM. alpha and rank are not stored
-    in the model: they come from `rollout_config.rollout_vllm_lora_config`
-    (Tunix's vLLM LoRA setting), e.g. the actor's lora_config.
-    """
-    adapted = {t.weight for t in self._adapted}
-    modules: dict[str, list[Any]] = {}
-    for t in self._mapping.tensors:
-      modules.setdefault(t.vllm_module, []).append(t.src)
-    self._lora_install = [
-        src for group in modules.values()
-        if any(p in adapted for p in group) for src in group
-    ]
-    keep = jax.jit(
-        lambda x: x.astype(self._dtype), out_shardings=self._replicated
-    )
-    with jax.transfer_guard("allow"):
-      self._lora_base = {p: keep(flat[p]) for p in self._lora_install}
-    self._lora_expected = {
-        p: jax.ShapeDtypeStruct(tuple(x.shape), self._dtype)
-        for p, x in lora_flat.items()
-    }
-
   def _update_lora(self, params: jaxtyping.PyTree) -> None:
-    """Adapters in (all at once, or held until all arrived), merged, and
-    the touched vLLM modules reloaded in one `reload_weights` call."""
-    flat = tree_paths.flat_params(params)
-    base = {p: x for p, x in flat.items() if p not in self._lora_expected}
-    for path, x in flat.items():
-      want = self._lora_expected.get(path)
-      if want is None:
-        continue  # A base weight: `_replace_lora_base` checks it.
-      if not isinstance(x, jax.Array) or tuple(x.shape) != want.shape:
-        raise ValueError(
-            f"Adapter {tree_paths.dotted(path)!r} must be a jax.Array of"
-            f" shape {want.shape}."
-        )
-      if not self._reshard_on_update and not x.is_fully_addressable:
-        raise ValueError(
-            f"Adapter {tree_paths.dotted(path)!r} is a multi-host global"
-            " array; publish it into publication_target() first."
-        )
-    if base:
-      self._replace_lora_base(base, flat)
-      return
-    self._lora_pending.update(flat)
-    if len(self._lora_pending) < len(self._lora_expected):
-      return
-    lora, self._lora_pending = self._lora_pending, {}
-    merged = lora_merge.merge(
-        self._lora_base, lora, self._adapted, self._lora_scale)
-    self._install(
-        {p: merged.get(p, self._lora_base[p]) for p in self._lora_install},
-        subset=True,
-    )
+    """Installs a LoRA engine's update in one `reload_weights` call.
 
-  def _replace_lora_base(self, base: dict[Any, Any],
-                         flat: dict[Any, Any]) -> None:
-    """A complete publication (base and adapters) into a LoRA engine.
-
-    The disaggregated backend's rollout hosts get one (their first weights);
-    the base then also replaces the copy the adapters are merged into.
+    Adapters alone are held until all have arrived, then merged; base and
+    adapters together are a complete publication.
     """
-    self._check_params(base, allow_reshard=self._reshard_on_update,
-                       subset=False)
-    missing = sorted(tree_paths.dotted(p) for p in self._lora_expected
-                     if p not in flat)
-    if missing:
-      raise ValueError(
-          f"update_params got base weights without adapter {missing[0]!r}"
-          f" ({len(missing)} missing): publish the adapters alone, or the"
-          " base and every adapter together."
-      )
-    keep = jax.jit(
-        lambda x: x.astype(self._dtype), out_shardings=self._replicated
-    )
-    with jax.transfer_guard("allow"):
-      self._lora_base = {p: keep(base[p]) for p in self._lora_install}
-    lora = {p: flat[p] for p in self._lora_expected}
-    self._lora_pending = {}
-    self._install({**base, **lora_merge.merge(
-        self._lora_base, lora, self._adapted, self._lora_scale)},
-                  subset=False)
+    flat = tree_paths.flat_params(params)
+    lora = self._lora
+    base = lora.check_adapters(flat, reshard_on_update=self._reshard_on_update)
+    if base:
+      # The disaggregated backend's rollout hosts get one first; the base
+      # also replaces the copy the adapters are merged into.
+      self._staging.check(base, allow_reshard=self._reshard_on_update,
+                          subset=False)
+      self._install({**base, **lora.replace_base(base, flat)}, subset=False)
+      return
+    ready = lora.add(flat)
+    if ready is not None:
+      self._install(ready, subset=True)
 
   def _install(self, flat: dict[Any, Any], *, subset: bool) -> None:
     t0 = time.perf_counter()
-    torch_flat = {p: self._to_torch(x) for p, x in flat.items()}
-    # _check_params has checked names and shapes against `_expected`,
+    torch_flat = {p: self._staging.to_torch(x) for p, x in flat.items()}
+    # The staging check has checked names and shapes against its layout,
     # which the mapping itself checked at construction.
     tensors = self._mapping.convert(torch_flat, subset=subset, checked=True)
     t1 = time.perf_counter()
@@ -526,14 +425,11 @@ class VllmEngine(base.Engine):
       self._llm.release_kv_cache_memory()
       freed = True
     try:
-      self._worker.reload_weights(weights_iterator=tensors)
+      compat_vllm.load_tensors(self._worker, tensors)
       if self._tied and self._embedding_path in flat:
         # After reload_weights the tied LM head keeps a stale packed copy of
         # the embedding on CPU (docs/platform-notes.md); re-process it.
-        model = self._worker.model_runner.get_model()
-        model.lm_head.quant_method.process_weights_after_loading(
-            model.lm_head
-        )
+        compat_vllm.reprocess_tied_lm_head(self._worker)
     finally:
       if freed:
         self._llm.wake_up(tags=["kv_cache"])
@@ -543,93 +439,23 @@ class VllmEngine(base.Engine):
     t2 = time.perf_counter()
     self.last_update_stats = EngineUpdateStats(
         num_tensors=len(tensors),
-        bytes=self._bytes if not subset else int(
-            sum(np.prod(self._expected[p].shape) for p in flat)
-            * self._dtype.itemsize),
+        bytes=(self._staging.bytes_of(flat) if subset
+               else self._staging.nbytes),
         convert_seconds=t1 - t0,
         reload_seconds=t2 - t1,
         seconds=t2 - t0,
     )
 
   def _check_complete(self) -> None:
-    if self._pending or self._lora_pending:
+    lora_pending = self._lora.pending if self._lora is not None else {}
+    if self._pending or lora_pending:
       names = sorted(tree_paths.dotted(p)
-                     for p in (*self._pending, *self._lora_pending))
+                     for p in (*self._pending, *lora_pending))
       raise RuntimeError(
           f"Publication is incomplete: parameter {names[0]!r} ({len(names)}"
           " held in all) arrived without the rest of its vLLM module, so"
           " the engine would mix old and new weights."
       )
-
-  def _check_params(self, flat: dict[Any, Any], *, allow_reshard: bool,
-                    subset: bool) -> None:
-    """Raises ValueError naming a parameter that does not fit."""
-    unexpected = sorted(tree_paths.dotted(p) for p in flat
-                        if p not in self._expected)
-    if unexpected:
-      raise ValueError(
-          f"update_params got parameter {unexpected[0]!r}, which the engine"
-          f" does not have ({len(unexpected)} unexpected: {unexpected[:5]})."
-      )
-    missing = sorted(tree_paths.dotted(p) for p in self._expected
-                     if p not in flat)
-    if missing and not subset:
-      raise ValueError(
-          f"update_params is missing parameter {missing[0]!r}"
-          f" ({len(missing)} missing: {missing[:5]}); pass filter_types to"
-          " update a subset."
-      )
-    for path, x in flat.items():
-      name = tree_paths.dotted(path)
-      want = self._expected[path]
-      if not isinstance(x, jax.Array):
-        raise ValueError(f"Parameter {name!r} is a {type(x).__name__}, not a"
-                         " jax.Array.")
-      if tuple(x.shape) != want.shape:
-        raise ValueError(
-            f"Parameter {name!r} has shape {tuple(x.shape)}; the engine"
-            f" expects {want.shape}."
-        )
-      if allow_reshard:
-        if not x.is_fully_addressable:
-          raise ValueError(
-              f"Parameter {name!r} is a multi-host global array; publish it"
-              " into publication_target() first."
-          )
-        continue
-      if x.dtype != want.dtype:
-        raise ValueError(
-            f"Parameter {name!r} has dtype {x.dtype}; the engine expects"
-            f" {want.dtype} (publish into publication_target())."
-        )
-      if not x.sharding.is_equivalent_to(self._replicated, x.ndim):
-        raise ValueError(
-            f"Parameter {name!r} has sharding {x.sharding}; the engine"
-            f" expects {self._replicated} (see publication_target())."
-        )
-
-  def _to_torch(self, x: jax.Array) -> Any:
-    """One parameter as a torch tensor in the engine dtype (no copy if can)."""
-    torch = self._torch
-    single = None
-    if x.sharding.is_fully_replicated:
-      for s in x.addressable_shards:
-        if s.device == self._device:
-          single = s.data
-          break
-      if single is None:
-        single = x.addressable_shards[0].data
-    if single is not None and x.dtype == self._dtype:
-      if self._options.transfer == "dlpack":
-        return compat.torch_from_jax(torch, single)
-      with jax.transfer_guard("allow"):
-        return _numpy_to_torch(torch, np.array(single))
-    # Sharded or in another dtype ('tunix' backend or first install): one
-    # host gather. Tunix's sync_weights runs under a transfer guard meant
-    # for JAX engines; a PyTorch engine's weights must leave JAX here.
-    with jax.transfer_guard("allow"):
-      host = np.asarray(x).astype(self._dtype, copy=False)
-    return _numpy_to_torch(torch, host)
 
   def generate(
       self,
@@ -669,7 +495,7 @@ class VllmEngine(base.Engine):
     longest = max(len(p) for p in prompt_ids)
     pad_len = rollout_config.max_prompt_length
     if pad_len is None or pad_len < longest:
-      pad_len = _next_power_of_2(longest)
+      pad_len = vllm_requests.next_power_of_2(longest)
     max_new = int(rollout_config.max_tokens_to_generate)
     if longest + max_new > self._max_model_len:
       raise ValueError(
@@ -682,30 +508,17 @@ class VllmEngine(base.Engine):
 
     stop = [int(t) for t in (rollout_config.eos_tokens or [tok.eos_id()])]
     params = [
-        self._sampling_params(rollout_config, s, stop)
+        vllm_requests.sampling_params(
+            self._vllm, rollout_config, seed=s, stop=stop, pad=tok.pad_id(),
+            forbid_pad_token=self._options.forbid_pad_token)
         for s in row_seeds(self._seed, ids)
     ]
     inputs = [{"prompt_token_ids": p} for p in prompt_ids]
     outs = self._llm.generate(inputs, params, use_tqdm=False)
-
-    texts, tokens, logprobs = [], [], []
-    for out in outs:
-      c = out.outputs[0]
-      toks = list(c.token_ids)
-      lps = None
-      if rollout_config.return_logprobs:
-        lps = [float(step[t].logprob) for t, step in zip(toks, c.logprobs)]
-      # Like Tunix's sampler: the completion ends before the stop token.
-      if toks and toks[-1] in stop:
-        toks = toks[:-1]
-        lps = None if lps is None else lps[:-1]
-      arr = np.asarray(toks, dtype=np.int32)
-      tokens.append(arr)
-      texts.append(tok.decode(arr.tolist()))
-      if lps is not None:
-        logprobs.append(np.asarray(lps, dtype=np.float32))
+    tokens, logprobs = vllm_requests.completions(
+        outs, stop=stop, return_logprobs=rollout_config.return_logprobs)
     return base_rollout.RolloutOutput(
-        text=texts,
+        text=[tok.decode(t.tolist()) for t in tokens],
         logits=None,
         tokens=tokens,
         left_padded_prompt_tokens=padded,
@@ -718,33 +531,6 @@ class VllmEngine(base.Engine):
     ids = list(tok.encode(text))
     bos = [tok.bos_id()] if tok.bos_id() else []
     return [int(i) for i in tok.dedup_bos_ids(bos + ids)]
-
-  def _sampling_params(
-      self,
-      cfg: base_rollout.RolloutConfig,
-      seed: int,
-      stop: list[int],
-  ) -> Any:
-    greedy = cfg.top_p is None or not cfg.temperature
-    pad = self._tokenizer.pad_id()
-    bias = None
-    if self._options.forbid_pad_token and pad is not None and pad not in stop:
-      # -inf, not vLLM's documented -100 clamp (which only
-      # SamplingParams.from_optional applies): a bias of -100 still loses to
-      # logits that differ by more than 100.
-      bias = {int(pad): float("-inf")}
-    return self._vllm.SamplingParams(
-        n=1,
-        max_tokens=int(cfg.max_tokens_to_generate),
-        temperature=0.0 if greedy else float(cfg.temperature),
-        top_p=1.0 if greedy else float(cfg.top_p),
-        top_k=0 if greedy or not cfg.top_k else int(cfg.top_k),
-        seed=seed,
-        stop_token_ids=stop,
-        logprobs=0 if cfg.return_logprobs else None,
-        logit_bias=bias,
-        detokenize=False,
-    )
 
   def get_per_token_logps(
       self,
@@ -772,26 +558,14 @@ class VllmEngine(base.Engine):
           f"prompt_tokens has {prompts.shape[0]} rows but completion_tokens"
           f" has {completions.shape[0]}."
       )
-    pad = self._tokenizer.pad_id()
-    inputs, spans = [], []
-    for p, c in zip(prompts.tolist(), completions.tolist()):
-      start = next((i for i, t in enumerate(p) if t != pad), len(p))
-      p = p[start:]
-      real = [i for i, t in enumerate(c) if t != pad]
-      n = real[-1] + 1 if real else 0
-      inputs.append({"prompt_token_ids": p + c[:n]})
-      spans.append((len(p), n))
+    inputs, spans = vllm_requests.scoring_inputs(
+        prompts, completions, self._tokenizer.pad_id())
     params = self._vllm.SamplingParams(
         max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
     )
     outs = self._llm.generate(inputs, params, use_tqdm=False)
-    result = np.zeros(completions.shape, dtype=np.float32)
-    for row, (out, inp, (p_len, n)) in enumerate(zip(outs, inputs, spans)):
-      ids = inp["prompt_token_ids"]
-      for j in range(n):
-        step = out.prompt_logprobs[p_len + j]
-        result[row, j] = step[ids[p_len + j]].logprob
-    return jax.numpy.asarray(result)
+    return jax.numpy.asarray(vllm_requests.scored_logps(
+        outs, inputs, spans, completions.shape))
 
   def pad_id(self) -> int:
     return self._tokenizer.pad_id()
@@ -809,9 +583,7 @@ class VllmEngine(base.Engine):
     if llm is not None:
       self._llm = None
       self._worker = None
-      shutdown = getattr(llm.llm_engine, "shutdown", None)
-      if callable(shutdown):
-        shutdown()
+      compat_vllm.shutdown(llm)
       del llm
     if self._tmpdir is not None:
       self._tmpdir.cleanup()
