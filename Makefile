@@ -212,7 +212,7 @@ lock:
 # and *.egg-info, so the source tree stays clean.
 wheel: $(STAMP)
 	rm -rf build/wheel && mkdir -p build/wheel dist
-	cp -r pyproject.toml README.md LICENSE tunix_mcjax build/wheel/
+	cp -r pyproject.toml README.md LICENSE tunix_mcjax maxtext_patches build/wheel/
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist build/wheel
 
 clean:

@@ -194,8 +194,10 @@ def download(dest: pathlib.Path, also: list[str]) -> int:
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
       shutil.copy(REPO / name, src)
-    shutil.copytree(REPO / "tunix_mcjax", src / "tunix_mcjax",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    # maxtext_patches/: the wheel's tunix_mcjax.maxtext.patches (pyproject).
+    for name in ("tunix_mcjax", "maxtext_patches"):
+      shutil.copytree(REPO / name, src / name,
+                      ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                     "--no-build-isolation", "-w", tmp, str(src)], check=True)
     for wheel in pathlib.Path(tmp).glob("tunix_mcjax-*.whl"):

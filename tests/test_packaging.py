@@ -41,10 +41,15 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # What the wheel is built from; nothing else of the checkout goes in.
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "tunix_mcjax")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "tunix_mcjax",
+           "maxtext_patches")
 EXTRAS = {"maxtext", "vllm", "tpu", "ray"}
-# Every .patch file of the source tree must reach the wheel.
-PATCHES = len(list((REPO / "tunix_mcjax/maxtext/patches").glob("*.patch")))
+# The MaxText patches live in the top-level maxtext_patches/; every file
+# there must reach the wheel as package data of tunix_mcjax.maxtext.patches.
+PATCH_SOURCE = REPO / "maxtext_patches"
+PATCH_FILES = sorted(p.name for p in PATCH_SOURCE.iterdir() if p.is_file())
+PATCHES = sorted(n for n in PATCH_FILES if n.endswith(".patch"))
+WHEEL_PATCH_DIR = "tunix_mcjax/maxtext/patches/"
 
 
 def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
@@ -121,12 +126,24 @@ def _in_venv(installed, *args: str) -> subprocess.CompletedProcess[str]:
 def test_wheel_carries_the_package_and_its_data_only(installed):
   names = zipfile.ZipFile(installed["wheel"]).namelist()
   assert "tunix_mcjax/__init__.py" in names
-  assert "tunix_mcjax/maxtext/patches/README.md" in names
-  patches = [n for n in names
-             if n.startswith("tunix_mcjax/maxtext/patches/")
-             and n.endswith(".patch")]
-  assert len(patches) == PATCHES, patches
-  assert not [n for n in names if n.startswith(("tests/", "examples/"))]
+  assert not [n for n in names if n.startswith(
+      ("tests/", "examples/", "maxtext_patches/"))]
+  # pyproject.toml lists the packages: one left out would lose its modules.
+  modules = {str(p.relative_to(REPO))
+             for p in (REPO / "tunix_mcjax").rglob("*.py")
+             if "__pycache__" not in p.parts}
+  assert not modules - set(names), sorted(modules - set(names))
+
+
+def test_wheel_carries_every_maxtext_patch(installed):
+  assert len(PATCHES) >= 5 and "README.md" in PATCH_FILES, PATCH_FILES
+  with zipfile.ZipFile(installed["wheel"]) as wheel:
+    shipped = sorted(n[len(WHEEL_PATCH_DIR):] for n in wheel.namelist()
+                     if n.startswith(WHEEL_PATCH_DIR))
+    assert shipped == PATCH_FILES, shipped
+    for name in PATCH_FILES:
+      assert (wheel.read(WHEEL_PATCH_DIR + name)
+              == (PATCH_SOURCE / name).read_bytes()), name
 
 
 def test_wheel_metadata_declares_the_extras(installed):
@@ -161,7 +178,7 @@ def test_import_and_entry_points_come_from_the_installed_wheel(installed):
   assert set(out["entry_points"]) == {"tunix", "mcjax", "mcjax_da"}, out
   for name, source in out["entry_points"].items():
     assert source.startswith(venv), (name, source)
-  assert len(out["patches"]) == PATCHES, out
+  assert [pathlib.Path(p).name for p in out["patches"]] == PATCHES, out
   assert all(p.startswith(venv) for p in out["patches"]), out
 
 

@@ -95,7 +95,7 @@ def _initialize_mcjax_runtime() -> None:
 
 
 # Hook for trainers that start JAX themselves (MaxText's train_rl with
-# tunix_mcjax/maxtext/patches/0003-multi-controller-startup.patch): one
+# maxtext_patches/0003-multi-controller-startup.patch): one
 # process per host, jax.distributed started the way tunix_mcjax.runtime
 # detects (local launcher, cluster, single host).
 create_mcjax_cluster.initialize_runtime = _initialize_mcjax_runtime

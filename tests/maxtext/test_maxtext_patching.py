@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""tunix_mcjax/maxtext/patches/: each applies to the pinned maxtext and works.
+"""maxtext_patches/: each applies to the pinned maxtext and works.
 
 The patches are applied to a copy of the installed maxtext
 (`tunix_mcjax.maxtext.patching`); the copy is put first on PYTHONPATH of

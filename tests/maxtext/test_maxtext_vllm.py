@@ -30,7 +30,7 @@ checks on every host:
    KV cache kept (the same cache tensors before and after).
 
 A second launch runs MaxText's own `train_rl` (patched,
-tunix_mcjax/maxtext/patches/) for 2 steps with `rl_rollout_engine=mcjax:vllm`.
+maxtext_patches/) for 2 steps with `rl_rollout_engine=mcjax:vllm`.
 
 Tolerance: log-probs within 1e-4 absolute, as the vLLM engine's other tests
 (fp32 on both sides, different kernels). The tiny model's weights are scaled

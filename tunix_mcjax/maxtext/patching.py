@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Applies the MaxText patches (`patches/*.patch`) to a copy of MaxText.
+"""Applies the MaxText patches (`maxtext_patches/`) to a copy of MaxText.
 
   python -m tunix_mcjax.maxtext.patching --out build/maxtext_patched
   PYTHONPATH=build/maxtext_patched python -m maxtext.trainers.post_train.rl.train_rl ...
@@ -37,8 +37,21 @@ from absl import app
 from absl import flags
 
 MAXTEXT_VERSION = "0.2.5"
-# Package data: the patches ship in the wheel, next to this module.
-PATCH_DIR = pathlib.Path(__file__).resolve().parent / "patches"
+
+
+def _find_patch_dir() -> pathlib.Path:
+  """The installed package's patches, else the source checkout's."""
+  here = pathlib.Path(__file__).resolve().parent
+  # The wheel ships the repository's top-level maxtext_patches/ as package
+  # data next to this module (pyproject.toml maps it there); a source
+  # checkout (editable install, PYTHONPATH=repo) has only the top-level one.
+  for folder in (here / "patches", here.parents[1] / "maxtext_patches"):
+    if folder.is_dir():
+      return folder
+  return here / "patches"  # Absent: patches() names what is missing.
+
+
+PATCH_DIR = _find_patch_dir()
 
 _OUT = flags.DEFINE_string(
     "out", "build/maxtext_patched", "Folder to put the patched maxtext in."
@@ -50,8 +63,9 @@ def patches() -> list[pathlib.Path]:
   found = sorted(PATCH_DIR.glob("[0-9][0-9][0-9][0-9]-*.patch"))
   if not found:
     raise FileNotFoundError(
-        f"No patches in {PATCH_DIR}; the tunix_mcjax installation is"
-        " incomplete (reinstall it)."
+        f"No patches in {PATCH_DIR} (nor in a source checkout's"
+        " maxtext_patches/); the tunix_mcjax installation is incomplete"
+        " (reinstall it)."
     )
   return found
 
