@@ -29,6 +29,8 @@ each, the tiny model) and one colocated job, all accumulating gradients over
   `--steps=4` on the same directory: the first batch after the resume is
   sampled with the restored policy (version 2, staleness 0), the next one
   is one version old again (docs/disaggregated.md).
+The DA jobs join one Ray cluster started for the module (`--ray_address`),
+which the killed job must leave without actors, groups or busy CPUs.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ import sys
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 import example_runs
+import existing_ray
 import launch_utils
 from tunix_mcjax import checkpointing
+from tunix_mcjax.da import options as da_options
 
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
@@ -72,42 +75,31 @@ def _command(out: pathlib.Path, *args: str) -> list[str]:
           f"--timeout={_TIMEOUT_S - 100}"]
 
 
-def _run(cmd: list[str]) -> str:
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
   """Runs a job to the end; its stdout and stderr."""
   launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=launch_utils.launcher_env(),
+  proc = subprocess.run(cmd, env=env or launch_utils.launcher_env(),
                         capture_output=True, text=True, timeout=_TIMEOUT_S)
   assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
   return proc.stdout + proc.stderr
 
 
-def _trainer_pids(root: int) -> list[int]:
-  """The job's trainer-host actor processes (Ray's workers below `root`)."""
-  pids = []
-  for pid in launch_utils.descendants(root):
-    try:
-      cmdline = " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-      continue
-    if cmdline.startswith("ray::TrainerHost"):
-      pids.append(pid)
-  return pids
-
-
-def _run_trainer_killed(cmd: list[str], out: pathlib.Path) -> dict:
-  """Runs `cmd` and SIGKILLs its trainer host once step 3 is recorded."""
+def _run_trainer_killed(cmd: list[str], out: pathlib.Path,
+                        cluster: existing_ray.ExistingRayCluster) -> dict:
+  """Runs `cmd` on `cluster` and SIGKILLs its trainer host once step 3 is
+  recorded."""
   launch_utils.require_markers("multihost", "e2e")
   metrics = out / "metrics.jsonl"
   log_path = out.parent / f"{out.name}_killed.log"
   with open(log_path, "w") as log:
-    proc = subprocess.Popen(cmd, env=launch_utils.launcher_env(),
+    proc = subprocess.Popen(cmd, env=cluster.job_env(),
                             stdout=log, stderr=subprocess.STDOUT)
     killed_at = kill_time = None
     deadline = time.monotonic() + _TIMEOUT_S
     try:
       while proc.poll() is None and time.monotonic() < deadline:
         if launch_utils.steps_done(metrics) >= _KILL_AFTER_STEP:
-          pids = _trainer_pids(proc.pid)
+          pids = cluster.worker_pids("TrainerHost")
           assert len(pids) == 1, pids
           os.kill(pids[0], signal.SIGKILL)
           kill_time = time.monotonic()
@@ -133,19 +125,37 @@ def _records(out: pathlib.Path) -> list[dict]:
 
 @pytest.fixture(name="runs", scope="module")
 def runs_fixture(tmp_path_factory):
+  launch_utils.require_markers("multihost", "e2e")
   tmp = tmp_path_factory.mktemp("da_resume")
-  ref, colocated = tmp / "ref", tmp / "colocated"
-  _run(_command(ref, *K0))
-  _run(_command(colocated, *COLOCATED))
-  out, ckpt = tmp / "k0", tmp / "k0_ckpt"
-  cmd = _command(out, *K0, f"--checkpoint_dir={ckpt}", "--checkpoint_every=1")
-  killed = _run_trainer_killed(cmd, out)
-  killed["complete_steps"] = checkpointing.complete_steps(str(ckpt))
-  resumed_console = _run(cmd)  # The same command again.
-  k1_ckpt = tmp / "k1_ckpt"
-  k1_args = (*K1, f"--checkpoint_dir={k1_ckpt}")
-  _run(_command(tmp / "k1_fresh", *k1_args, "--steps=2"))
-  k1_console = _run(_command(tmp / "k1", *k1_args, "--steps=4"))
+  # Every DA job here joins one Ray cluster (--ray_address) instead of
+  # starting and stopping its own: a job that starts Ray is
+  # tests/da/test_disaggregated.py's.
+  cluster = existing_ray.ExistingRayCluster(num_cpus=4)
+  try:
+    names = da_options.DaOptions(trainer_hosts=1, rollout_hosts=2)
+    env = cluster.job_env()
+
+    def da(out, *args):
+      return _command(out, *args, *cluster.job_flags())
+
+    ref, colocated = tmp / "ref", tmp / "colocated"
+    _run(da(ref, *K0), env)
+    _run(_command(colocated, *COLOCATED))
+    out, ckpt = tmp / "k0", tmp / "k0_ckpt"
+    cmd = da(out, *K0, f"--checkpoint_dir={ckpt}", "--checkpoint_every=1")
+    killed = _run_trainer_killed(cmd, out, cluster)
+    killed["complete_steps"] = checkpointing.complete_steps(str(ckpt))
+    # What the failed job left on the cluster the next jobs use.
+    killed["cluster_after"] = cluster.after_job(
+        names.rollout_actor_names(0), names.namespace)
+    resumed_console = _run(cmd, env)  # The same command again.
+    k1_ckpt = tmp / "k1_ckpt"
+    k1_args = (*K1, f"--checkpoint_dir={k1_ckpt}")
+    _run(da(tmp / "k1_fresh", *k1_args, "--steps=2"), env)
+    k1_console = _run(da(tmp / "k1", *k1_args, "--steps=4"), env)
+  finally:
+    left = cluster.close()
+  assert cluster.returncode == 0 and left == [], (cluster.returncode, left)
   return {"ref": ref, "colocated": colocated, "k0": out, "killed": killed,
           "k0_console": resumed_console, "k1_fresh": tmp / "k1_fresh",
           "k1": tmp / "k1", "k1_console": k1_console}
@@ -171,6 +181,10 @@ def test_a_killed_trainer_host_ends_the_job_naming_it(runs):
   assert killed["exit_after_kill_s"] < 30, killed["exit_after_kill_s"]
   assert "trainer host 0 failed" in killed["console"], killed["console"][-3000:]
   assert killed["steps_done"] < 6  # It did not run to the end.
+  # On the cluster it joined it left no actor, group or busy CPU behind.
+  after = killed["cluster_after"]
+  assert after["free_cpus"] == 4 and after["group_resources"] == [], after
+  assert after["named_actors_left"] == [] and after["task_pid"] > 0, after
 
 
 def test_a_killed_trainer_host_leaves_complete_checkpoints(runs):

@@ -46,7 +46,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -55,10 +54,10 @@ import psutil
 import pytest
 
 from tunix_mcjax.da import options as da_options
-from tunix_mcjax.da import ray_local
 from tunix_mcjax.telemetry import records as records_lib
 
 import example_runs
+import existing_ray
 import launch_utils
 import sockets
 
@@ -89,59 +88,10 @@ def da_runs_fixture(tmp_path_factory, shared_runs):
   }
 
 
-# The "existing" cluster: a loopback-only Ray head (ray_local) in a process
-# of its own. Prints its address and auth variables; after the first line on
-# stdin (the job has ended) reports what the job left on it and whether it
-# still runs work; ends (stopping Ray) when stdin closes.
-_CLUSTER = textwrap.dedent("""
-    import json, os, sys, time
-    import ray
-    from tunix_mcjax.da import ray_local
-
-    rollout_names, namespace = json.loads(sys.argv[1])
-    config = ray_local.RaySessionConfig(num_cpus=4, namespace="cluster_owner",
-                                        start_timeout_s=240)
-    with ray_local.RaySession(config) as session:
-      print(json.dumps({
-          "address": ray.get_runtime_context().gcs_address,
-          "temp_dir": session.temp_dir,
-          "auth_env": {k: os.environ[k] for k in ("RAY_AUTH_MODE",
-                                                  "RAY_AUTH_TOKEN")
-                       if k in os.environ},
-      }), flush=True)
-      sys.stdin.readline()
-      # Resources come back a moment after the job's actors are gone.
-      deadline = time.monotonic() + 30
-      while time.monotonic() < deadline and (
-          ray.available_resources().get("CPU") != 4
-          or any("_group_" in k for k in ray.cluster_resources())):
-        time.sleep(0.2)
-      left = []
-      for name in rollout_names:
-        try:
-          ray.get_actor(name, namespace=namespace)
-          left.append(name)
-        except ValueError:
-          pass
-
-      @ray.remote(num_cpus=4)
-      def whole_cluster():
-        return os.getpid()
-
-      print(json.dumps({
-          "free_cpus": ray.available_resources().get("CPU"),
-          "group_resources": [k for k in ray.cluster_resources()
-                              if "_group_" in k],
-          "named_actors_left": left,
-          "task_pid": ray.get(whole_cluster.remote(), timeout=120),
-      }), flush=True)
-      sys.stdin.readline()
-""")
-
-
 def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
                              timeout: int = 600) -> pathlib.Path:
-  """The example with `--ray_address` of a cluster started apart (`_CLUSTER`).
+  """The example with `--ray_address` of a cluster started apart for it
+  (`existing_ray.ExistingRayCluster`).
 
   Writes console.txt, listening.json (the job's and the cluster's sockets
   while the job runs, and the job's own process names) and cluster.json
@@ -150,24 +100,15 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
   """
   launch_utils.require_markers("multihost", "e2e")
   out.mkdir(parents=True, exist_ok=True)
-  script = out / "cluster.py"
-  script.write_text(_CLUSTER)
   names = da_options.DaOptions(trainer_hosts=2, rollout_hosts=2)
-  cluster = subprocess.Popen(
-      [sys.executable, str(script), json.dumps(
-          [names.rollout_actor_names(0) + names.rollout_actor_names(1),
-           names.namespace])],
-      env=launch_utils.launcher_env(), stdin=subprocess.PIPE,
-      stdout=subprocess.PIPE, text=True)
+  cluster = existing_ray.ExistingRayCluster(num_cpus=4)
   try:
-    started = json.loads(cluster.stdout.readline() or "null")
-    assert started, "the external Ray cluster did not start"
     metrics = out / "metrics.jsonl"
     proc = subprocess.Popen(
         [sys.executable, str(example_runs.EXAMPLE), *flags,
-         f"--ray_address={started['address']}", f"--dump_dir={out}",
+         *cluster.job_flags(), f"--dump_dir={out}",
          f"--metrics_out={metrics}", f"--timeout={timeout - 100}"],
-        env=launch_utils.launcher_env(started["auth_env"]),
+        env=cluster.job_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = {}
 
@@ -177,7 +118,7 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
           job = sockets.tree(proc.pid)
           seen["job_names"] = [p.name() for p in job]
           seen["listening"] = sockets.listeners(
-              job + sockets.tree(cluster.pid))
+              job + sockets.tree(cluster.process.pid))
           return
         time.sleep(0.05)
 
@@ -197,21 +138,17 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
         _actor_pids("RolloutHost") or _actor_pids("TrainerHost")):
       time.sleep(0.2)
     actors_left = _actor_pids("RolloutHost") + _actor_pids("TrainerHost")
-    cluster.stdin.write("job ended\n")
-    cluster.stdin.flush()
-    after = json.loads(cluster.stdout.readline() or "null")
-    cluster.stdin.close()
-    cluster.wait(timeout=120)
+    after = cluster.after_job(
+        names.rollout_actor_names(0) + names.rollout_actor_names(1),
+        names.namespace)
+    left_after_stop = cluster.close()
     (out / "cluster.json").write_text(json.dumps({
-        **started, "after_job": after, "actor_pids_left": actors_left,
-        "returncode": cluster.returncode,
-        "left_after_stop": ray_local.session_pids(started["temp_dir"]),
+        **cluster.started, "after_job": after, "actor_pids_left": actors_left,
+        "returncode": cluster.returncode, "left_after_stop": left_after_stop,
     }))
     return out
   finally:
-    if cluster.poll() is None:
-      cluster.kill()
-      cluster.wait()
+    cluster.close()
 
 
 def _actor_pids(actor_class: str) -> list[int]:
