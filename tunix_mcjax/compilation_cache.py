@@ -53,13 +53,6 @@ FLAG_HELP = (
 )
 
 
-def define_flag():
-  """`--compilation_cache_dir`, for an entry point's absl flags."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
-  return flags.DEFINE_string("compilation_cache_dir", None, FLAG_HELP)
-
-
 def problem(cache_dir: str) -> str | None:
   """Why `cache_dir` cannot hold the cache, or None if it can.
 

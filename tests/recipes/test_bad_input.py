@@ -146,13 +146,14 @@ def test_a_coordinator_address_alone_is_refused(tmp_path):
 
 
 def test_check_job_names_a_bad_model_directory_and_metrics_path(tmp_path):
+  from tunix_mcjax.recipes import job_checks  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
 
   def problems(**kw):
     cfg = job_config.GrpoJobConfig(**kw)
     try:
-      job_config.check_job(cfg, num_hosts=1, devices_per_host=2)
+      job_checks.check_job(cfg, num_hosts=1, devices_per_host=2)
     except validation.InputError as e:
       return str(e)
     return None

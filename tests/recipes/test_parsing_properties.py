@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 from tunix_mcjax import runtime
+from tunix_mcjax.recipes import job_checks
 from tunix_mcjax.recipes import job_config
 from tunix_mcjax.recipes import tasks
 from tunix_mcjax.recipes import validation
@@ -136,12 +137,12 @@ def test_job_config_is_valid_or_a_value_error(batch_size, num_generations,
   divides = all(v is None or v % hosts == 0
                 for v in (cfg.batch_size, cfg.mini_batch_size))
   if divides:
-    assert job_config.check_job(cfg, num_hosts=hosts,
+    assert job_checks.check_job(cfg, num_hosts=hosts,
                                 devices_per_host=2) is not None
   else:
     with pytest.raises(validation.InputError,
                        match=f"must divide over {hosts} hosts"):
-      job_config.check_job(cfg, num_hosts=hosts, devices_per_host=2)
+      job_checks.check_job(cfg, num_hosts=hosts, devices_per_host=2)
 
 
 _env_value = st.one_of(st.none(), st.text("0123456789 -+x:.", max_size=8),

@@ -24,6 +24,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from tunix_mcjax.recipes import job_checks
 from tunix_mcjax.recipes import job_config
 from tunix_mcjax.recipes import models
 from tunix_mcjax.recipes import tasks
@@ -304,11 +305,11 @@ def test_tokenizer_larger_than_the_model_is_an_error():
 def test_check_job_refuses_before_any_host_starts(changes, message):
   cfg = job_config.GrpoJobConfig(**changes)
   with pytest.raises(InputError, match=message):
-    job_config.check_job(cfg, num_hosts=4, devices_per_host=2)
+    job_checks.check_job(cfg, num_hosts=4, devices_per_host=2)
 
 
 def test_check_job_accepts_the_demo_and_returns_the_mesh():
-  choice = job_config.check_job(job_config.GrpoJobConfig(), num_hosts=2,
+  choice = job_checks.check_job(job_config.GrpoJobConfig(), num_hosts=2,
                                 devices_per_host=4)
   assert choice.kind in ("fsdp", "hsdp")
 
@@ -319,4 +320,4 @@ def test_builtin_engine_names_are_the_registered_ones():
 
   ours = {n for n in ENGINES.names()
           if ENGINES.get(n).__module__.startswith("tunix_mcjax.")}
-  assert ours == set(job_config.BUILTIN_ENGINES)
+  assert ours == set(job_checks.BUILTIN_ENGINES)

@@ -30,13 +30,13 @@ from tunix_mcjax.recipes import validation
 
 # Re-exported: the job's configuration lives in job_config.
 # pylint: disable=unused-import
+from tunix_mcjax.recipes.job_checks import TINY_DIMS
+from tunix_mcjax.recipes.job_checks import check_job
+from tunix_mcjax.recipes.job_checks import choose_mesh
+from tunix_mcjax.recipes.job_checks import model_dims
 from tunix_mcjax.recipes.job_config import BACKENDS
 from tunix_mcjax.recipes.job_config import GrpoJobConfig
-from tunix_mcjax.recipes.job_config import TINY_DIMS
 from tunix_mcjax.recipes.job_config import TRAINERS
-from tunix_mcjax.recipes.job_config import check_job
-from tunix_mcjax.recipes.job_config import choose_mesh
-from tunix_mcjax.recipes.job_config import model_dims
 # pylint: enable=unused-import
 
 

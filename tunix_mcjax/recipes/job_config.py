@@ -22,12 +22,12 @@ example validates a job and chooses its mesh before any host starts.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from typing import Any
 
 import tunix_mcjax
 from tunix_mcjax import support
+from tunix_mcjax import transfers
+from tunix_mcjax.recipes import shared_flags
 from tunix_mcjax.recipes import tasks
 
 # The registered cluster backends; the registry is the one list of them.
@@ -36,106 +36,219 @@ _DEMO = tasks.DEMO_DEFAULTS
 TRAINERS = ("tunix", "maxtext")
 
 
+def _field(default: Any, text: str, **flag: Any) -> Any:
+  """A job field with `default`, and its flag's help (`job_flag`)."""
+  return dataclasses.field(default=default,
+                           metadata=shared_flags.job_flag(text, **flag))
+
+
+def _no_flag(default: Any) -> Any:
+  """A job field without a flag: set in code (tests, the benchmark)."""
+  return dataclasses.field(
+      default=default, metadata=shared_flags.no_flag(
+          "sampling and clipping knobs kept at Tunix's defaults; no flag"
+          " checks them yet"))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GrpoJobConfig:
   """A GRPO job; sizes are global (the whole cluster), as in Tunix recipes."""
 
-  backend: str = "mcjax"
-  engine: str = "native"
+  # Each field is a flag of examples/grpo_qwen3.py (recipes.job_flags):
+  # `_field(DEFAULT, HELP)` gives both, `_no_flag(DEFAULT)` none. The CLI
+  # defines the flags it shares with the example from these (cli_flags).
+  backend: str = _field(
+      "mcjax", "RL cluster backend: 'tunix' (stock, single controller),"
+      " 'mcjax' (one process per host) or 'mcjax_da' (trainer hosts and"
+      " rollout hosts apart, on Ray; docs/disaggregated.md).",
+      choices=BACKENDS)
+  engine: str = _field(
+      "native", "Rollout engine by registered name (tunix_mcjax.registry;"
+      " built in: native, vllm = PyTorch vLLM, vllm_tpu).")
   # The trainer's model: Tunix's Qwen3, or a MaxText Qwen3 behind MaxText's
   # Tunix adapter (the engine then runs Tunix's Qwen3 layout).
-  trainer: str = "tunix"
+  trainer: str = _field(
+      "tunix", "Trainer model: Tunix's Qwen3, or a MaxText Qwen3 (MaxText's"
+      " Tunix adapter, MaxText's logical axis rules).", choices=TRAINERS)
   # MaxText only: base YAML (None: MaxText's base.yml), `key=value`
   # overrides (None: maxtext_models.TINY_QWEN3_OVERRIDES), a parameter
   # checkpoint (None: random init from `seed`), the scanned layer layout.
-  maxtext_config: str | None = None
-  maxtext_overrides: tuple[str, ...] | None = None
-  load_parameters_path: str | None = None
-  scan_layers: bool = True
+  maxtext_config: str | None = _field(
+      None, "--trainer=maxtext: base MaxText YAML (default: MaxText's"
+      " base.yml).")
+  maxtext_overrides: tuple[str, ...] | None = _field(
+      None, "--trainer=maxtext: key=value MaxText settings replacing the tiny"
+      " Qwen3 defaults (tunix_mcjax.maxtext.models.TINY_QWEN3_OVERRIDES),"
+      " e.g. model_name=qwen3-0.6b,weight_dtype=bfloat16.")
+  load_parameters_path: str | None = _field(
+      None, "--trainer=maxtext: a MaxText parameter checkpoint (default:"
+      " random init from --seed).")
+  scan_layers: bool = _field(
+      True, "--trainer=maxtext: MaxText's scanned layer layout.")
   # Defaults: the built-in demo (tasks.DEMO_DEFAULTS), which the tiny model
   # measurably learns on CPU.
-  steps: int = _DEMO.num_steps
-  seed: int = _DEMO.seed
-  batch_size: int = _DEMO.batch_size
-  num_generations: int = _DEMO.num_generations
-  max_new_tokens: int = _DEMO.max_tokens_to_generate
-  max_prompt_length: int = _DEMO.max_prompt_length
-  temperature: float = _DEMO.temperature
-  top_p: float = 1.0
-  top_k: int | None = None
-  learning_rate: float = _DEMO.learning_rate
-  beta: float = _DEMO.beta
-  epsilon: float = 0.2
-  model: str = "tiny"
-  dataset: str = "toy"
-  dtype: str = "float32"
-  metrics_out: str | None = None
-  dump_dir: str | None = None
+  steps: int = _field(_DEMO.num_steps, "GRPO steps (global batches).")
+  seed: int = _field(_DEMO.seed, "Seed for model, data and sampling.")
+  batch_size: int = _field(
+      _DEMO.batch_size, "Global prompts per step (all hosts together).")
+  num_generations: int = _field(
+      _DEMO.num_generations, "Samples per prompt (G).")
+  max_new_tokens: int = _field(
+      _DEMO.max_tokens_to_generate, "Completion length cap.")
+  max_prompt_length: int = _field(
+      _DEMO.max_prompt_length, "Prompt length (tokens) the sampler pads to.")
+  temperature: float = _field(_DEMO.temperature, "Sampling temperature.")
+  top_p: float = _no_flag(1.0)
+  top_k: int | None = _no_flag(None)
+  learning_rate: float = _field(_DEMO.learning_rate, "Adam step size.")
+  beta: float = _field(_DEMO.beta, "KL coefficient (0 = no reference).")
+  epsilon: float = _no_flag(0.2)
+  model: str = _field(
+      "tiny", "'tiny' or a local Hugging Face Qwen3 checkpoint dir.")
+  dataset: str = _field(
+      "toy", "'toy' or 'gsm8k:PATH' (a GSM8K jsonl file).")
+  dtype: str = _field(
+      "float32", "Parameters and activations (optimizer moments follow the"
+      " parameters, as in Tunix); real checkpoints and accelerators use"
+      " bfloat16.", name="param_dtype", choices=("float32", "bfloat16"))
+  metrics_out: str | None = _field(
+      None, "JSONL file of per-step metrics: one JSON object per step (step,"
+      " reward_mean, loss, ...; docs/metrics.md), emptied when the job"
+      " starts; host 0 writes.")
+  dump_dir: str | None = _field(
+      None, "Write rollouts, rewards and final parameters here.")
   # The same `steps` batches are run this many times in a row (the
   # benchmark's two-pass protocol scores the second pass).
-  passes: int = 1
+  passes: int = _field(
+      1, "Run the same --steps batches this many times in a row.")
   # mcjax host-side optimizations: a profile ("base", "optimized"; None: the
   # backend's defaults) and per-switch overrides (None: the profile's).
-  profile: str | None = None
-  async_metrics: bool | None = None
-  freeze_gc: bool | None = None
-  balance_admission: bool | None = None
-  publish_in_one_call: bool | None = None
+  profile: str | None = _field(
+      None, "mcjax host-side optimizations (docs/host-optimizations.md):"
+      " base = O1-O4 off, optimized = all on; unset = the backend's defaults"
+      " (only O4, one-call publication, on). The O1-O4 switches"
+      " (--async_metrics, --freeze_gc, --balance_admission,"
+      " --publish_in_one_call) override it.",
+      # host_optimizations.PROFILES (a test keeps them equal), whose module
+      # this one does not import.
+      choices=("base", "optimized"))
+  async_metrics: bool | None = _field(
+      None, "mcjax, O1: export metrics on a background thread, off the"
+      " step's barrier (unset: --profile's).")
+  freeze_gc: bool | None = _field(
+      None, "mcjax, O2: gc.freeze() after warm-up; no full gc.collect() per"
+      " step (unset: --profile's).")
+  balance_admission: bool | None = _field(
+      None, "mcjax, O3: deal prompts to hosts balanced by prompt length"
+      " (unset: --profile's).")
+  publish_in_one_call: bool | None = _field(
+      None, "mcjax, O4: publish all weights in one call, else one call per"
+      " parameter (unset: --profile's).")
   # JAX profiler traces of these steps (1-based, counted over all passes).
-  trace_steps: tuple[int, ...] = ()
-  trace_dir: str | None = None
+  trace_steps: tuple[int, ...] = _field(
+      (), "Steps (1-based) to record a JAX profiler trace of.")
+  trace_dir: str | None = _field(
+      None, "Where profiler traces go (one folder per host).")
   # Gradient accumulation, global prompts as in Tunix's RLTrainingConfig:
   # one optimizer update per `mini_batch_size` prompts (None: the batch),
   # accumulated over micro-batches of `micro_batch_size` (None: the
   # mini-batch). Both must divide over the hosts.
-  mini_batch_size: int | None = None
-  micro_batch_size: int | None = None
+  mini_batch_size: int | None = _field(
+      None, "Global prompts per optimizer update (default: --batch_size).")
+  micro_batch_size: int | None = _field(
+      None, "Global prompts per gradient-accumulation micro-batch (Tunix's"
+      " train_micro_batch_size; default: --mini_batch_size).")
   # Evaluation (Tunix's eval_ds): before every `eval_every`-th optimizer
   # update (RLTrainingConfig.eval_every_n_steps; None: no evaluation), on
   # `eval_batches` held-out global batches of `batch_size` prompts
   # (tasks.eval_dataset_from_spec).
-  eval_every: int | None = None
-  eval_batches: int = 1
+  eval_every: int | None = _field(
+      None, "Evaluate (Tunix's eval_ds) before every N-th optimizer update;"
+      " default: no evaluation.")
+  eval_batches: int = _field(
+      1, "Held-out global batches of --batch_size prompts per evaluation"
+      " (toy: a held-out draw; gsm8k:.../train.jsonl: the test.jsonl next to"
+      " it).")
   # Tunix's learner: GRPOLearner, DAPOLearner or DrGRPOLearner; and GRPO's
   # num_iterations (mu; > 1 takes old log-probs from the rollout engine).
-  learner: str = "grpo"
-  num_iterations: int = 1
+  learner: str = _field(
+      "grpo", "Tunix learner: GRPOLearner, DAPOLearner (needs --beta=0) or"
+      " DrGRPOLearner.", choices=support.LEARNERS)
+  num_iterations: int = _field(
+      1, "GRPO's num_iterations (mu); > 1 takes old log-probs from the"
+      " engine.")
   # LoRA actor, as Tunix's `actor_model_config.lora_config` (rank, alpha,
   # module_path): None trains full weights. The reference is the base model.
-  lora_rank: int | None = None
-  lora_alpha: float | None = None  # None: equal to lora_rank (scale 1).
-  lora_modules: str = support.DEFAULT_LORA_MODULES
+  lora_rank: int | None = _field(
+      None, "Train a LoRA actor of this rank (qwix, as Tunix's lora_config);"
+      " unset: full weights. The reference is the base model.")
+  lora_alpha: float | None = _field(  # None: equal to lora_rank (scale 1).
+      None, "LoRA alpha (adapters scaled by alpha/rank); unset: the rank.")
+  lora_modules: str = _field(
+      support.DEFAULT_LORA_MODULES, "Regex of the modules to adapt (qwix"
+      " module_path, full match).")
   # Trainer mesh (support.MESH_KINDS): "fsdp" over every device, "hsdp"
   # (data-parallel across hosts, fsdp within a host), or "auto": fsdp when
   # it divides the model's widths, else hsdp (support.choose_mesh).
-  mesh: str = "auto"
+  mesh: str = _field(
+      "auto", "Trainer mesh: fsdp over every device; hsdp = data-parallel"
+      " across hosts x fsdp within a host (parameters replicated across"
+      " hosts); auto = fsdp when it divides the model's widths, else hsdp"
+      " (printed).", choices=support.MESH_KINDS)
   # Reward functions scored in a per-host pool of this many worker processes
   # (tunix_mcjax.rewards_pool); 0: in-process, one after the other (Tunix).
-  reward_workers: int = 0
+  reward_workers: int = _field(
+      0, "Score the reward functions in a per-host pool of this many worker"
+      " processes (functions must be picklable); 0: in-process, one after"
+      " the other (as stock Tunix).")
   # JAX's transfer guard over the backend's calls after the first step
   # (tunix_mcjax.transfers.GUARD_LEVELS; mcjax): "disallow" raises on an
   # implicit host<->device transfer there.
-  transfer_guard: str = "allow"
+  transfer_guard: str = _field(
+      "allow", "mcjax: JAX's transfer guard over the backend's calls of"
+      " every step after the first; 'disallow' raises on an implicit"
+      " host<->device transfer (docs/design.md lists the deliberate ones).",
+      choices=transfers.GUARD_LEVELS)
   # Prompts longer than max_prompt_length: an error naming the row (False),
   # or dropped from the global dataset before dealing, with a count (True).
-  skip_long_prompts: bool = False
+  skip_long_prompts: bool = _field(
+      False, "Drop dataset rows whose prompt is longer than"
+      " --max_prompt_length tokens (counted; the same rows on every host);"
+      " default: an error naming the first such row.")
   # Checkpoints (mcjax; see docs/checkpointing.md): every `checkpoint_every`
   # global steps into `checkpoint_dir`, keeping `max_to_keep` (None: all). A
   # directory that holds a checkpoint resumes from its latest complete one.
-  checkpoint_dir: str | None = None
-  checkpoint_every: int = 1
-  max_to_keep: int | None = 3
+  checkpoint_dir: str | None = _field(
+      None, "mcjax, mcjax_da: save checkpoints here (Orbax, all (trainer)"
+      " hosts); a directory that holds one resumes from its latest complete"
+      " checkpoint (printed).")
+  checkpoint_every: int = _field(
+      1, "Save a checkpoint every N global steps (and after the last).")
+  max_to_keep: int | None = _field(3, "Keep the N most recent checkpoints.")
   # Sequence packing (Tunix's RLTrainingConfig.max_seq_token_per_tpu):
   # tokens per packed row; None: no packing. mcjax only, with a token-mean
   # learner (--learner=dapo); see docs/cli.md.
-  max_seq_token_per_tpu: int | None = None
+  max_seq_token_per_tpu: int | None = _field(
+      None, "mcjax: sequence packing (Tunix's RLTrainingConfig knob), tokens"
+      " per packed row; needs a token-mean learner (--learner=dapo)."
+      " Default: no packing.")
   # The disaggregated backend (mcjax_da; docs/disaggregated.md): trainer and
   # rollout processes, how many policy versions a trained rollout may lag
   # (0: synchronous) and the cap C of its truncated importance weights.
-  trainer_hosts: int = 1
-  rollout_hosts: int = 2
-  max_staleness: int = 1
-  is_cap: float = 2.0
+  trainer_hosts: int = _field(
+      1, "--backend=mcjax_da: trainer processes (one JAX program among"
+      " them).")
+  rollout_hosts: int = _field(
+      2, "--backend=mcjax_da: rollout processes, each with its own engine (a"
+      " multiple of --trainer_hosts).")
+  max_staleness: int = _field(
+      1, "--backend=mcjax_da: most policy versions a trained rollout may"
+      " lag; 0 = synchronous, 1 = generate the next batch while training"
+      " this one.")
+  is_cap: float = _field(
+      2.0, "--backend=mcjax_da: cap C of the truncated importance weight"
+      " min(exp(logp_trainer - logp_sampler), C) per token (max_staleness"
+      " >= 1).")
 
   def __post_init__(self):
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
@@ -385,164 +498,3 @@ class GrpoJobConfig:
         balance_admission=self.balance_admission,
         publish_in_one_call=self.publish_in_one_call,
     )
-
-
-# The tiny model's widths (models.tiny_qwen3_config defaults; a test keeps
-# them equal), readable without importing jax: the example checks the mesh
-# before any host starts.
-TINY_DIMS = dict(embed_dim=64, hidden_dim=128, num_heads=4, num_kv_heads=2)
-
-
-def model_dims(cfg: GrpoJobConfig) -> dict[str, int]:
-  """The widths the trainer mesh must divide; {} where unknown (MaxText)."""
-  if cfg.trainer != "tunix":
-    return {}
-  if cfg.model == "tiny":
-    return dict(TINY_DIMS)
-  path = os.path.join(cfg.model, "config.json")
-  if not os.path.isfile(path):
-    return {}  # The loader reports the missing checkpoint.
-  with open(path) as f:
-    hf = json.load(f)
-  return support.hf_model_dims(hf)
-
-
-def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
-                devices_per_host: int) -> Any:
-  """The job's `support.MeshChoice`; raises ValueError naming a fix.
-
-  Needs no devices: the example calls it before any host starts.
-  """
-  choice, problem = support.choose_mesh(
-      model_dims(cfg), num_hosts=num_hosts,
-      devices_per_host=devices_per_host, mesh=cfg.mesh,
-  )
-  if problem is not None:
-    problem.raise_()
-  return choice
-
-
-# The engines tunix_mcjax.engines registers (a test keeps this equal), so
-# that checking a built-in name imports no engine.
-BUILTIN_ENGINES = ("native", "vllm", "vllm_tpu")
-
-
-# Files a Hugging Face tokenizer loads from; a directory with none of them
-# fails inside every host.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json",
-                    "vocab.txt", "spiece.model")
-# What the Tunix trainer reads from config.json (models.qwen3_config_from_hf).
-_QWEN3_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads",
-               "num_hidden_layers", "vocab_size")
-
-
-def _model_dir_problems(model: str, *, trainer: str) -> list[str]:
-  """What makes `--model` unusable as a Hugging Face checkpoint directory."""
-  directory = os.path.expanduser(model)
-  path = os.path.join(directory, "config.json")
-  if not os.path.isfile(path):
-    return [f"--model={model!r} is not 'tiny' or a local Hugging Face"
-            " checkpoint directory (no config.json there)."]
-  problems = []
-  try:
-    with open(path, encoding="utf-8") as f:
-      hf = json.load(f)
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-    return [f"--model={model!r}: cannot read {path!r} as JSON ({e})."]
-  if not isinstance(hf, dict):
-    return [f"--model={model!r}: {path!r} is not a JSON object."]
-  if trainer == "tunix":
-    missing = [k for k in _QWEN3_KEYS if k not in hf]
-    if missing:
-      problems.append(
-          f"--model={model!r}: {path!r} lacks {', '.join(missing)}; a"
-          " Hugging Face Qwen3 config.json has them.")
-  if not any(os.path.isfile(os.path.join(directory, name))
-             for name in _TOKENIZER_FILES):
-    problems.append(
-        f"--model={model!r} has no tokenizer (none of"
-        f" {', '.join(_TOKENIZER_FILES)}); save the tokenizer next to the"
-        " weights (tokenizer.save_pretrained).")
-  return problems
-
-
-def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
-              devices_per_host: int) -> Any:
-  """Every check of `cfg` that needs no device; returns the mesh choice.
-
-  The example runs it before any host starts (and each host again): a batch
-  that does not divide over the hosts, an unknown engine, a missing dataset
-  file or model directory, or a mesh that cannot shard the model.
-
-  Raises:
-    validation.InputError: naming every problem and its fix, on one line.
-  """
-  from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
-
-  problems = []
-  # The stock backend also runs Tunix's own sampler ('vanilla').
-  known = (*BUILTIN_ENGINES, *(("vanilla",) if cfg.backend == "tunix" else ()))
-  if cfg.engine not in known:
-    # Importing the engines costs seconds before every run; only a name
-    # that is not built in needs the registry (plug-in engines).
-    from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top,unused-import
-    from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
-
-    names = [*ENGINES.names(), *known[len(BUILTIN_ENGINES):]]
-    if cfg.engine not in names:
-      problems.append(f"--engine={cfg.engine!r} is not a registered engine;"
-                      f" use one of {names}.")
-  if cfg.backend == "mcjax_da":
-    from tunix_mcjax.support import disaggregated  # pylint: disable=g-import-not-at-top
-
-    problems.extend(p.message for p in disaggregated.disaggregated_job(
-        engine=cfg.engine, batch_size=cfg.batch_size,
-        mini_batch_size=cfg.mini_batch_size,
-        num_iterations=cfg.num_iterations,
-        max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
-        trainer_hosts=cfg.trainer_hosts))
-  if cfg.backend in ("mcjax", "mcjax_da"):
-    for name, value in (("batch_size", cfg.batch_size),
-                        ("mini_batch_size", cfg.mini_batch_size),
-                        ("micro_batch_size", cfg.micro_batch_size)):
-      problem = support.global_batch(f"--{name}", value, num_hosts)
-      if problem is not None:
-        problems.append(problem.message)
-  if cfg.dataset.startswith("gsm8k:"):
-    path = os.path.expanduser(cfg.dataset[len("gsm8k:"):])
-    if not os.path.isfile(path):
-      problems.append(f"--dataset={cfg.dataset}: {path!r} is not a file;"
-                      " pass gsm8k:PATH of a GSM8K jsonl file.")
-    elif cfg.eval_every is not None:
-      try:
-        test = tasks.gsm8k_test_path(path)
-      except ValueError as e:
-        problems.append(str(e))
-      else:
-        if not test.is_file():
-          problems.append(f"--eval_every evaluates on {str(test)!r}, which"
-                          " does not exist; put the test split next to the"
-                          " training file or drop --eval_every.")
-  elif cfg.dataset != "toy":
-    problems.append(f"--dataset={cfg.dataset!r} is not 'toy' or"
-                    " 'gsm8k:PATH'.")
-  if cfg.model != "tiny":
-    problems.extend(_model_dir_problems(cfg.model, trainer=cfg.trainer))
-  if cfg.metrics_out and os.path.isdir(cfg.metrics_out):
-    path = cfg.metrics_out
-    problems.append(f"--metrics_out={path!r} is a directory; give the path"
-                    " of a file (e.g."
-                    f" {os.path.join(path, 'metrics.jsonl')!r}).")
-  load = cfg.load_parameters_path
-  if load and "://" not in load and not os.path.exists(load):
-    problems.append(f"--load_parameters_path={load!r} does not exist.")
-  choice = None
-  if not problems:
-    try:
-      choice = choose_mesh(cfg, num_hosts=num_hosts,
-                           devices_per_host=devices_per_host)
-    except ValueError as e:
-      problems.append(str(e))
-  if problems:
-    raise validation.InputError(" ".join(problems))
-  return choice

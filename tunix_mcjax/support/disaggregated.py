@@ -15,7 +15,7 @@
 """What the disaggregated backend ("mcjax_da") can run today.
 
 One function per rule, each returning a `Problem` (or None), called before
-any host or Ray process starts (`recipes.job_config.check_job`) so that a
+any host or Ray process starts (`recipes.job_checks.check_job`) so that a
 refused setting costs one line and exit status 2.
 """
 
