@@ -53,6 +53,7 @@ from tunix_mcjax.device_meshes import global_mesh
 from tunix_mcjax.device_meshes import host_contiguous_devices
 from tunix_mcjax.device_meshes import local_mesh
 # pylint: enable=unused-import,g-importing-member
+from tunix_mcjax.support.values import is_int
 
 
 Source = Literal["launcher", "cluster", "single"]
@@ -68,8 +69,6 @@ ENV_LOCAL_DEVICE_IDS = "TUNIX_MCJAX_LOCAL_DEVICE_IDS"
 CPU_COLLECTIVES = ("gloo", "mpi")
 
 
-def _is_int(value: Any) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parse_host_port(address: str) -> tuple[str, int]:
@@ -136,13 +135,13 @@ class RuntimeConfig:
         )
       _parse_host_port(self.coordinator_address)
     if self.num_processes is not None and (
-        not _is_int(self.num_processes) or self.num_processes < 1
+        not is_int(self.num_processes) or self.num_processes < 1
     ):
       raise ValueError(
           f"num_processes={self.num_processes!r} must be an integer >= 1."
       )
     if self.process_id is not None and (
-        not _is_int(self.process_id)
+        not is_int(self.process_id)
         or not 0 <= self.process_id < self.num_processes
     ):
       raise ValueError(
@@ -150,7 +149,7 @@ class RuntimeConfig:
           f" [0, num_processes={self.num_processes})."
       )
     if self.local_device_count is not None and (
-        not _is_int(self.local_device_count) or self.local_device_count < 1
+        not is_int(self.local_device_count) or self.local_device_count < 1
     ):
       raise ValueError(
           f"local_device_count={self.local_device_count!r} must be an integer"
@@ -159,7 +158,7 @@ class RuntimeConfig:
     if self.local_device_ids is not None:
       ids = self.local_device_ids
       if (not isinstance(ids, tuple) or not ids
-          or not all(_is_int(i) and i >= 0 for i in ids)
+          or not all(is_int(i) and i >= 0 for i in ids)
           or len(set(ids)) != len(ids)):
         raise ValueError(
             f"local_device_ids={ids!r} must be a non-empty tuple of distinct"
@@ -181,7 +180,7 @@ class RuntimeConfig:
           f" {CPU_COLLECTIVES}."
       )
     if (
-        not _is_int(self.initialization_timeout_s)
+        not is_int(self.initialization_timeout_s)
         or self.initialization_timeout_s < 1
     ):
       raise ValueError(
@@ -189,7 +188,7 @@ class RuntimeConfig:
           " an integer >= 1 (seconds)."
       )
     if self.heartbeat_timeout_s is not None and (
-        not _is_int(self.heartbeat_timeout_s) or self.heartbeat_timeout_s < 1
+        not is_int(self.heartbeat_timeout_s) or self.heartbeat_timeout_s < 1
     ):
       raise ValueError(
           f"heartbeat_timeout_s={self.heartbeat_timeout_s!r} must be an"

@@ -69,6 +69,7 @@ from absl import logging
 
 from tunix_mcjax.compat import ray_cluster as compat_ray
 from tunix_mcjax.da import options as options_lib
+from tunix_mcjax.support.values import is_int
 
 # Every process Ray starts for a local head inherits this variable (set in
 # this process only while ray.init runs), which is how close() finds the
@@ -157,11 +158,11 @@ class RaySessionConfig:
               " apply)."
           )
     if self.num_cpus is not None and (
-        not _is_int(self.num_cpus) or self.num_cpus < 1):
+        not is_int(self.num_cpus) or self.num_cpus < 1):
       raise ValueError(f"num_cpus must be an integer >= 1 or None, got"
                        f" {self.num_cpus!r}.")
     if self.object_store_memory is not None and (
-        not _is_int(self.object_store_memory)
+        not is_int(self.object_store_memory)
         or self.object_store_memory < _MIN_OBJECT_STORE_BYTES):
       raise ValueError(
           f"object_store_memory must be None or at least"
@@ -588,7 +589,3 @@ def _on_loopback(address: str | None) -> bool:
     return False
   host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
   return host in _LOOPBACK
-
-
-def _is_int(value: Any) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
