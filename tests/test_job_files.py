@@ -15,29 +15,24 @@
 """`job_files.claim`: one job per checkpoint directory and metrics file."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from tunix_mcjax import job_files
 
-# Another job: claims both paths, says so, and holds them until killed.
-_HOLDER = textwrap.dedent("""
-    import sys, time
-    from tunix_mcjax import job_files
-    job_files.claim(program="holder", checkpoint_dir=sys.argv[1],
-                    metrics_out=sys.argv[2])
-    print("held", flush=True)
-    time.sleep(600)
-""")
+# Another job (or a forking one), in a process of its own.
+_HOLDER = pathlib.Path(__file__).resolve().parent / "support" / (
+    "job_files_holder.py")
 
 
 def _holder(ckpt, metrics) -> subprocess.Popen:
-  proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(ckpt),
-                           str(metrics)], stdout=subprocess.PIPE, text=True)
+  proc = subprocess.Popen([sys.executable, str(_HOLDER), "hold", "holder",
+                           str(ckpt), str(metrics)], stdout=subprocess.PIPE,
+                          text=True)
   assert proc.stdout.readline() == "held\n"
   return proc
 
@@ -100,34 +95,7 @@ def test_remote_directories_are_not_locked(tmp_path):
   assert not os.path.exists("gs:")
 
 
-# In a process of its own: forking the test process (threads, JAX) could
-# deadlock the child.
-_FORKS = textwrap.dedent("""
-    import os, signal, sys, time
-    from tunix_mcjax import job_files
-    claim = job_files.claim(program="a", checkpoint_dir=sys.argv[1])
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # A forked host that outlives the claim.
-      os.close(read)
-      os.write(write, b"1" if not job_files._HELD else b"0")
-      time.sleep(30)
-      os._exit(0)
-    os.close(write)
-    try:
-      assert os.read(read, 1) == b"1", "the fork kept the claim's files"
-      claim.release()
-      # Free although the fork still runs: a new claim (another open file,
-      # which flock sets against the first) succeeds.
-      job_files.claim(program="b", checkpoint_dir=sys.argv[1]).release()
-      print("free", flush=True)
-    finally:
-      os.kill(pid, signal.SIGKILL)
-      os.waitpid(pid, 0)
-""")
-
-
 def test_the_claim_ends_with_the_claiming_process_not_its_forks(tmp_path):
-  proc = subprocess.run([sys.executable, "-c", _FORKS, str(tmp_path)],
+  proc = subprocess.run([sys.executable, str(_HOLDER), "fork", str(tmp_path)],
                         capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0 and proc.stdout == "free\n", proc.stderr

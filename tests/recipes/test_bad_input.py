@@ -186,21 +186,15 @@ def test_relaunch_refuses_before_deleting_the_metrics_file(tmp_path):
 
 
 # Another running job: holds the paths (job_files.claim) until killed.
-_HOLDER = """
-import sys, time
-from tunix_mcjax import job_files
-job_files.claim(program="first-job", checkpoint_dir=sys.argv[1] or None,
-                metrics_out=sys.argv[2])
-print("held", flush=True)
-time.sleep(600)
-"""
+_HOLDER = launch_utils.REPO_ROOT / "tests" / "support" / "job_files_holder.py"
 
 
 @_slow
 def test_a_second_job_on_the_same_paths_is_refused(tmp_path):
   ckpt, first_metrics = tmp_path / "ckpt", tmp_path / "first.jsonl"
   holder = subprocess.Popen(
-      [sys.executable, "-c", _HOLDER, str(ckpt), str(first_metrics)],
+      [sys.executable, str(_HOLDER), "hold", "first-job", str(ckpt),
+       str(first_metrics)],
       env=launch_utils.launcher_env(), stdout=subprocess.PIPE, text=True)
   try:
     assert holder.stdout.readline() == "held\n"
