@@ -34,6 +34,7 @@ import tunix_mcjax
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import support
 from tunix_mcjax import transfers
+from tunix_mcjax.da import options as da_options
 from tunix_mcjax.recipes import job_checks
 from tunix_mcjax.recipes import job_config
 from tunix_mcjax.recipes import job_flags
@@ -155,12 +156,7 @@ def test_enum_choices_come_from_the_registry_and_constants(example):
   assert choices("mesh") == support.MESH_KINDS
   assert choices("transfer_guard") == transfers.GUARD_LEVELS
   assert choices("profile") == tuple(host_optimizations.PROFILES)
-  # da.launcher's own list (read from its source: that module is heavy).
-  tree = ast.parse((REPO / "tunix_mcjax/da/launcher.py").read_text())
-  (strategies,) = [ast.literal_eval(node.value) for node in tree.body
-                   if isinstance(node, ast.Assign)
-                   and getattr(node.targets[0], "id", "") == "_STRATEGIES"]
-  assert choices("ray_placement_strategy") == strategies
+  assert choices("ray_placement_strategy") == da_options.PLACEMENT_STRATEGIES
   # Engines are looked up in the registry when checked (plug-ins load
   # lazily): a string flag whose help names the built-in ones.
   for engine in job_checks.BUILTIN_ENGINES:

@@ -89,7 +89,7 @@ def _host_env(devices: int | None) -> dict[str, str]:
   return env
 
 
-_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
+_STRATEGIES = options_lib.PLACEMENT_STRATEGIES
 # Bundle keys that Ray's actor options take as arguments of their own.
 _NAMED_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 # Bundle resources that are a host's accelerators (its JAX devices).

@@ -21,6 +21,9 @@ import dataclasses
 # Ray names the rollout actors by these, in one namespace per job.
 ROLLOUT_ACTOR_PREFIX = "mcjax_da_rollout_"
 DEFAULT_NAMESPACE = "tunix_mcjax_da"
+# Ray placement-group strategies the hosts' bundles may be placed with
+# (`launcher.Placement`; the entry points' --ray_placement_strategy).
+PLACEMENT_STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

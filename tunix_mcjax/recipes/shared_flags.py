@@ -40,6 +40,7 @@ from typing import Any
 from absl import flags
 
 from tunix_mcjax import compilation_cache
+from tunix_mcjax.da import options as da_options
 
 # Flags defined through this module belong to its caller (--help).
 flags.disclaim_key_flags()
@@ -269,10 +270,9 @@ RAY_ADDRESS = FlagSpec(
     " `ray start` made here); the job kills only its own actors and leaves"
     " the cluster running. Default: a Ray head of the job's own on"
     " 127.0.0.1 (RAY_ADDRESS alone does not change that).")
-# As da.launcher checks them (its list is private to that heavy module).
 RAY_PLACEMENT_STRATEGY = FlagSpec(
     name="ray_placement_strategy", kind="enum", default="SPREAD",
-    choices=("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK"),
+    choices=da_options.PLACEMENT_STRATEGIES,
     help="--backend=mcjax_da: Ray placement-group strategy over the hosts'"
     " bundles (one per host).")
 RAY_BUNDLE = FlagSpec(
