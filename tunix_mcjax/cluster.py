@@ -201,9 +201,6 @@ class McJaxRLCluster(compat.RLCluster):
     self.weights = engine_weights.EngineWeights(
         self.rollout, local_mesh=self.local_mesh, spec=spec,
         lora_enabled=lora_enabled)
-    # Its publisher and filter, by the names subclasses and tests read.
-    self.publisher = self.weights.publisher
-    self._param_filter = self.weights.param_filter
     self.checkpoints.attach(self.actor_trainer, lambda: self.global_steps)
     if self.options.transfer_guard != "allow":
       compat.scope_trainer_eval(
@@ -262,6 +259,11 @@ class McJaxRLCluster(compat.RLCluster):
   def _publish_restored(self) -> None:
     """The restored weights into every engine (`ClusterCheckpoints.resume`)."""
     self.weights.publish(self.actor_trainer.model)
+
+  @property
+  def publisher(self) -> Any:
+    """The trainer -> engine all-gather (`EngineWeights.publisher`)."""
+    return self.weights.publisher
 
   @property
   def row_ids(self) -> admission_lib.TrainEvalRowIds:

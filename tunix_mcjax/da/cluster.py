@@ -129,7 +129,7 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
       self.rollout.publish_restored(
           self.global_steps,
           self.publisher(nnx.state(self.actor_trainer.model,
-                                   self._param_filter)))
+                                   self.weights.param_filter)))
 
   # --- the engine: this trainer host's rollout hosts --------------------------
 
