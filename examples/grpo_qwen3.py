@@ -111,14 +111,14 @@ def main(argv: Sequence[str]) -> None:
   # Before anything compiles; the hosts this starts inherit the directory.
   compilation_cache.configure(_FLAGS.compilation_cache_dir.value,
                               program="grpo_qwen3.py")
+  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+
   try:
     cfg = _config()  # Validates before any host starts.
-    if not _FLAGS.timeout.value > 0:  # Also under mcjax_da, before any claim.
-      raise ValueError(
-          f"--timeout must be > 0 seconds, got {_FLAGS.timeout.value!r}.")
+    # Also under mcjax_da, and before any claim empties the metrics file.
+    launch.check_timeout(_FLAGS.timeout.value)
   except ValueError as e:
     _user_error(e)
-  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
   if cfg.backend == "mcjax_da":

@@ -174,6 +174,12 @@ def _check_python_version(exe: str, env: Mapping[str, str]) -> None:
     )
 
 
+def check_timeout(timeout_s: float) -> None:
+  """Raises LaunchError unless `timeout_s` (--timeout) is above 0."""
+  if not timeout_s > 0:
+    raise LaunchError(f"--timeout must be > 0 seconds, got {timeout_s!r}.")
+
+
 def _check_sizes(*, num_hosts: int, devices_per_host: int, timeout_s: float,
                  grace_s: float) -> None:
   """The numeric part of `check_launch` (no process started)."""
@@ -184,8 +190,7 @@ def _check_sizes(*, num_hosts: int, devices_per_host: int, timeout_s: float,
 
   positive_int("num_hosts", num_hosts)
   positive_int("devices_per_host", devices_per_host)
-  if not timeout_s > 0:
-    raise LaunchError(f"--timeout must be > 0 seconds, got {timeout_s!r}.")
+  check_timeout(timeout_s)
   if not grace_s >= 0:
     raise LaunchError(f"grace must be >= 0 seconds, got {grace_s!r}.")
 

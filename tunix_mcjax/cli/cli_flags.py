@@ -125,9 +125,12 @@ def options_from_flags() -> CliOptions:
   if da_only and BACKEND.value != "mcjax_da":
     raise ConfigError(f"{', '.join(da_only)} apply to --backend=mcjax_da"
                       " only.")
-  if not TIMEOUT.value > 0:  # Before the metrics file is claimed (emptied).
-    raise ConfigError(
-        f"--timeout must be > 0 seconds, got {TIMEOUT.value!r}.")
+  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+
+  try:  # Before the metrics file is claimed (emptied).
+    launch.check_timeout(TIMEOUT.value)
+  except launch.LaunchError as e:
+    raise ConfigError(str(e)) from e
   return CliOptions(
       backend=BACKEND.value,
       metrics_out=METRICS_OUT.value,
