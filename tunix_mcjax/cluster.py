@@ -385,9 +385,6 @@ class McJaxRLCluster(compat.RLCluster):
         self.cluster_config.training_config.data_sharding_axis,
         self.num_hosts)
 
-  # This host's rows of a global array sharded over the leading axis.
-  _local_rows = staticmethod(global_rows.local_rows)
-
   # --- the learner's calls ---------------------------------------------------
 
   def generate(self, prompts, apply_chat_template=False, mode=Mode.TRAIN,
@@ -434,14 +431,15 @@ class McJaxRLCluster(compat.RLCluster):
           stop=n, step=micro_batch_size or n
       ):
         out = self.inference_worker.get_ref_per_token_logps(
-            self._to_global(np.asarray(prompt_tokens[sl])),
-            self._to_global(np.asarray(completion_tokens[sl])),
+            self._to_global(global_rows.take_rows(prompt_tokens, sl)),
+            self._to_global(global_rows.take_rows(completion_tokens, sl)),
             pad_id,
             eos_id,
             temperature=temperature,
         )
-        outs.append(self._local_rows(out))
-    return jnp.asarray(np.concatenate(outs, axis=0))
+        # This host's rows, left on its devices.
+        outs.append(global_rows.local_rows_on_device(out))
+      return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
 
   def get_old_per_token_logps(self, prompt_tokens, completion_tokens,
                               micro_batch_size=None):
@@ -523,7 +521,8 @@ class McJaxRLCluster(compat.RLCluster):
     closed = self.ledger.close_step()
     self.checkpoints.step_closed(closed.batch)
     batch = closed.batch.stats if closed.batch is not None else None
-    train = compat.last_train_metrics(self.actor_trainer)
+    with transfers.deliberate("step_record"):
+      train = compat.last_train_metrics(self.actor_trainer)
     self.telemetry.end_step(
         telemetry.StepMeta(
             step=self.global_steps,

@@ -36,23 +36,40 @@ from tunix_mcjax import transfers
 
 def _device_rows_to_global(x: jax.Array, sharding: NamedSharding,
                            num_hosts: int) -> jax.Array:
-  """This host's rows, already on a device, as the global array: each of
-  this host's shards is copied device to device (no host round trip).
+  """This host's rows, already on its devices, as the global array: each
+  of this host's shards comes from the block of `x` that holds its rows,
+  as it is where it already lies on that device, else copied device to
+  device (no host round trip).
 
   Not `jax.make_array_from_process_local_data(sharding, x)`: for a jax.Array
   it indexes `x` with slice objects, whose bounds go to the device as
   scalars (an implicit transfer the guard refuses); `lax.slice_in_dim`
-  keeps them static.
+  keeps them static. Nor a `device_put` of a slice of a multi-device `x`,
+  which goes through the host.
   """
   global_shape = (x.shape[0] * num_hosts, *x.shape[1:])
   index_map = sharding.addressable_devices_indices_map(global_shape)
   start = min(idx[0].start or 0 for idx in index_map.values())
+  blocks = [(s.index[0].start or 0,
+             x.shape[0] if s.index[0].stop is None else s.index[0].stop,
+             s) for s in x.addressable_shards]
   pieces = []
   for device, idx in index_map.items():
     lo = (idx[0].start or 0) - start
     hi = (global_shape[0] if idx[0].stop is None else idx[0].stop) - start
-    pieces.append(jax.device_put(
-        jax.lax.slice_in_dim(x, lo, hi, axis=0), device))
+    holders = [b for b in blocks if b[0] <= lo and hi <= b[1]]
+    # The block on the target device, else any that holds the rows.
+    holders.sort(key=lambda b: b[2].device != device)
+    if not holders:
+      piece = jax.lax.slice_in_dim(x, lo, hi, axis=0)
+    else:
+      b_lo, b_hi, shard = holders[0]
+      piece = shard.data
+      if (lo, hi) != (b_lo, b_hi):
+        piece = jax.lax.slice_in_dim(piece, lo - b_lo, hi - b_lo, axis=0)
+    if piece.sharding.device_set != {device}:
+      piece = jax.device_put(piece, device)
+    pieces.append(piece)
   return jax.make_array_from_single_device_arrays(global_shape, sharding,
                                                   pieces)
 
@@ -95,13 +112,65 @@ def to_global(x: Any, mesh: Mesh, data_sharding_axis: Any,
     return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
 
+def take_rows(x: Any, sl: slice) -> Any:
+  """Rows `sl` of `x` (numpy or a jax.Array), without a host round trip.
+
+  `x[sl]` on a jax.Array sends the slice bounds to the device as scalars
+  (an implicit transfer); `lax.slice_in_dim` keeps them static.
+  """
+  start, stop, step = sl.indices(x.shape[0])
+  if step != 1:
+    raise ValueError(f"take_rows takes contiguous rows, not {sl}.")
+  if not isinstance(x, jax.Array):
+    return np.asarray(x)[start:stop]
+  if (start, stop) == (0, x.shape[0]):
+    return x
+  return jax.lax.slice_in_dim(x, start, stop, axis=0)
+
+
 def local_rows(x: jax.Array) -> np.ndarray:
-  """This host's rows of a global array sharded over the leading axis."""
+  """This host's rows of a global array sharded over the leading axis, as
+  numpy (a device-to-host copy: for dumps and tests, not a step)."""
   if x.is_fully_addressable:
     return np.asarray(x)
-  seen = {}
-  for s in x.addressable_shards:
-    start = s.index[0].start or 0
-    if start not in seen:
-      seen[start] = np.asarray(s.data)
-  return np.concatenate([seen[k] for k in sorted(seen)], axis=0)
+  return np.concatenate(
+      [np.asarray(d) for _, d in _row_blocks(x)], axis=0)
+
+
+def _row_blocks(x: jax.Array) -> list[tuple[jax.Device, jax.Array]]:
+  """This host's row blocks of `x` in row order: one (device, block) per
+  distinct block (replicas skipped); each block holds whole rows."""
+  seen: dict[int, tuple[jax.Device, jax.Array]] = {}
+  for s in sorted(x.addressable_shards, key=lambda s: s.device.id):
+    idx = s.index
+    if any((sl.start or 0) != 0 or (sl.stop is not None and sl.stop != n)
+           for sl, n in zip(idx[1:], x.shape[1:])):
+      raise ValueError(
+          f"An array of shape {x.shape} split along a non-row axis"
+          f" ({x.sharding}) has no per-host rows.")
+    seen.setdefault(idx[0].start or 0, (s.device, s.data))
+  return [seen[k] for k in sorted(seen)]
+
+
+def local_rows_on_device(x: jax.Array) -> jax.Array:
+  """This host's rows of a global array, still on this host's devices.
+
+  No copy: the host's distinct row blocks become one array sharded over
+  the devices that hold them (a single block is returned as it is), so
+  reference log-probs go back to the learner without a host round trip.
+  """
+  if x.is_fully_addressable:
+    return x
+  blocks = _row_blocks(x)
+  if len(blocks) == 1:
+    return blocks[0][1]
+  rows = {d.shape[0] for _, d in blocks}
+  if len(rows) != 1:
+    raise ValueError(
+        f"This host's row blocks of {x.shape} differ in size ({sorted(rows)});"
+        " choose batch sizes that divide the data-parallel devices.")
+  devices = np.array([dev for dev, _ in blocks], dtype=object)
+  sharding = NamedSharding(Mesh(devices, ("rows",)), PartitionSpec("rows"))
+  shape = (rows.pop() * len(blocks), *x.shape[1:])
+  return jax.make_array_from_single_device_arrays(
+      shape, sharding, [d for _, d in blocks])

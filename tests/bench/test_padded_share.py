@@ -16,6 +16,7 @@
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -66,6 +67,21 @@ def test_train_batch_tokens_counts_what_the_loss_reads():
   # The packer's real tokens are the same count; its unpacked slots too.
   assert (stats.real_tokens, stats.unpacked_slots) == (tokens, slots)
   assert stats.slots == stats.rows * 16
+
+
+def test_device_masks_are_counted_on_device_like_host_ones():
+  ex = _example(**EXAMPLE)
+  host = ex.replace(prompt_mask=np.asarray(ex.prompt_mask),
+                    completion_mask=np.asarray(ex.completion_mask))
+  assert telemetry.train_batch_tokens([host]) == (12, 33)
+  # Device masks: counted where they are (no host-to-device transfer), the
+  # count read only with the step's numbers.
+  clock = telemetry.StepClock()
+  with jax.transfer_guard("disallow"):
+    clock.add_train_batch([ex, ex])
+  assert clock.train["tokens"] == 0
+  numbers = dict(zip(telemetry.HOST_FIELDS, clock.host_numbers(1.0, 10)))
+  assert (numbers["train_tokens"], numbers["train_slots"]) == (24, 66)
 
 
 def test_record_share_pools_tokens_over_hosts():

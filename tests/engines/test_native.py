@@ -461,6 +461,14 @@ def test_get_per_token_logps_matches_generate_logprobs(
   )
   assert logps.shape == (6, width)
   assert sum(len(t) for t in out.tokens) > 12
+  # Rows already on a device (as the learner passes them) stay there, padded
+  # to the 4-device engine mesh on the device: no host-to-device transfer,
+  # same values.
+  on_device = [jax.device_put(x) for x in
+               (out.left_padded_prompt_tokens, completions)]
+  with jax.transfer_guard("disallow"):
+    device_logps = engine.get_per_token_logps(*on_device)
+  np.testing.assert_array_equal(np.asarray(device_logps), logps)
   for i, (t, lp) in enumerate(zip(out.tokens, out.logprobs)):
     np.testing.assert_allclose(
         logps[i, : len(t)], np.asarray(lp), atol=1e-5, err_msg=f"row {i}"

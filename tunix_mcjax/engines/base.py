@@ -393,6 +393,25 @@ def check_row_ids(row_ids: Any) -> np.ndarray:
   return ids.astype(np.uint32)
 
 
+def local_rows_2d(x: Any, name: str) -> np.ndarray | jax.Array:
+  """This host's (B, T) rows: a host-local jax.Array as it is, else numpy;
+  refuses global arrays."""
+  if isinstance(x, jax.Array) and x.is_fully_addressable:
+    if x.ndim != 2:
+      raise ValueError(f"{name} must have shape (B, T); got {x.shape}.")
+    return x
+  return host_rows(x, name)
+
+
+def pad_rows(x: np.ndarray | jax.Array, num_pad: int) -> Any:
+  """`x` with its last row repeated `num_pad` times, where `x` lives."""
+  if isinstance(x, jax.Array):
+    last = jax.lax.slice_in_dim(x, x.shape[0] - 1, x.shape[0], axis=0)
+    return jax.numpy.concatenate(
+        [x, jax.numpy.broadcast_to(last, (num_pad, *x.shape[1:]))], axis=0)
+  return np.concatenate([x, np.repeat(x[-1:], num_pad, 0)])
+
+
 def host_rows(x: Any, name: str) -> np.ndarray:
   """This host's (B, T) rows as numpy; refuses global arrays."""
   if isinstance(x, jax.Array) and not x.is_fully_addressable:

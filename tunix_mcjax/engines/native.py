@@ -302,8 +302,9 @@ class NativeEngine(base.Engine):
     Returns:
       A (B, C) array on `engine_mesh`, like `VanillaRollout`'s.
     """
-    prompts = base.host_rows(prompt_tokens, "prompt_tokens")
-    completions = base.host_rows(completion_tokens, "completion_tokens")
+    # Rows already on this host's devices stay there (no host round trip).
+    prompts = base.local_rows_2d(prompt_tokens, "prompt_tokens")
+    completions = base.local_rows_2d(completion_tokens, "completion_tokens")
     num_rows = prompts.shape[0]
     if completions.shape[0] != num_rows:
       raise ValueError(
@@ -312,10 +313,8 @@ class NativeEngine(base.Engine):
       )
     num_pad = -num_rows % self._engine_mesh.size
     if num_pad:
-      prompts = np.concatenate([prompts, np.repeat(prompts[-1:], num_pad, 0)])
-      completions = np.concatenate(
-          [completions, np.repeat(completions[-1:], num_pad, 0)]
-      )
+      prompts = base.pad_rows(prompts, num_pad)
+      completions = base.pad_rows(completions, num_pad)
     graphdef, state = self._sampler.model_def_and_state()
     with base.use_mesh(self._engine_mesh):
       logps = common.compute_per_token_logps(
@@ -328,7 +327,8 @@ class NativeEngine(base.Engine):
           stop_gradient=True,
           return_logits=False,
       )
-      return logps[:num_rows] if num_pad else logps
+      return (jax.lax.slice_in_dim(logps, 0, num_rows, axis=0) if num_pad
+              else logps)
 
   def update_params(
       self,

@@ -37,11 +37,27 @@ import jax
 import numpy as np
 
 from tunix_mcjax import host_optimizations
+from tunix_mcjax import transfers
 from tunix_mcjax.compat import metric_keys
 from tunix_mcjax.telemetry import records
 
 _GEN_KEYS = ("rows", "tokens", "max_len", "truncated", "decode_iterations")
 _PACK_KEYS = ("local_rows", "rows", "real_tokens", "slots")
+
+
+def _mask_tokens(xp: Any, p_mask: Any, c_mask: Any) -> Any:
+  """Tokens the loss reads in one batch's masks (`xp`: numpy or jnp)."""
+  p_mask = p_mask.astype(bool)
+  c_mask = c_mask.astype(bool)
+  # Index of the last loss-bearing token + 1 (0 for a row without any).
+  width = c_mask.shape[1]
+  last = xp.where(c_mask.any(axis=1),
+                  width - xp.argmax(c_mask[:, ::-1], axis=1), 0)
+  return xp.where(last > 0, p_mask.sum(axis=1) + last, 0).sum()
+
+
+# On the masks' devices: only the scalar comes back, with the step record.
+_device_mask_tokens = jax.jit(functools.partial(_mask_tokens, jax.numpy))
 
 
 def train_batch_tokens(examples: Any) -> tuple[int, int]:
@@ -60,22 +76,29 @@ def train_batch_tokens(examples: Any) -> tuple[int, int]:
   Returns:
     (tokens, slots).
   """
+  tokens, on_device, slots = _batch_counts(examples)
+  return tokens + sum(int(n) for n in jax.device_get(on_device)), slots
+
+
+def _batch_counts(examples: Any) -> tuple[int, list[jax.Array], int]:
+  """`train_batch_tokens`, with the counts of jax.Array masks left on their
+  devices (not copied to the host): (host tokens, device tokens, slots)."""
   if not isinstance(examples, (list, tuple)):
     examples = [examples]
   tokens = slots = 0
+  on_device = []
   for ex in examples:
     if getattr(ex, "segment_ids", None) is not None:
       continue  # Packed already: counted by `StepClock.add_packing`.
-    p_mask = np.asarray(ex.prompt_mask).astype(bool)
-    c_mask = np.asarray(ex.completion_mask).astype(bool)
-    rows = c_mask.shape[0]
-    slots += rows * (p_mask.shape[1] + c_mask.shape[1])
-    # Index of the last loss-bearing token + 1 (0 for a row without any).
-    width = c_mask.shape[1]
-    last = np.where(c_mask.any(axis=1),
-                    width - np.argmax(c_mask[:, ::-1], axis=1), 0)
-    tokens += int(np.where(last > 0, p_mask.sum(axis=1) + last, 0).sum())
-  return tokens, slots
+    p_mask, c_mask = ex.prompt_mask, ex.completion_mask
+    slots += c_mask.shape[0] * (p_mask.shape[1] + c_mask.shape[1])
+    if isinstance(p_mask, jax.Array) and isinstance(c_mask, jax.Array):
+      if p_mask.sharding != c_mask.sharding:
+        p_mask = jax.device_put(p_mask, c_mask.sharding)
+      on_device.append(_device_mask_tokens(p_mask, c_mask))
+    else:
+      tokens += int(_mask_tokens(np, np.asarray(p_mask), np.asarray(c_mask)))
+  return tokens, on_device, slots
 
 
 def generation_stats(
@@ -144,6 +167,8 @@ class StepClock:
     self.publish_calls = 0
     self.packing = {k: 0 for k in _PACK_KEYS}
     self.train = {"tokens": 0, "slots": 0}
+    # Train-token counts still on the devices (`train_batch_tokens`).
+    self._device_train_tokens: list[jax.Array] = []
     self.reward_means: list[float] = []
     self.len_means: list[float] = []
     self._gc_at_start = _gc_counts(self._gc_policy)
@@ -194,8 +219,9 @@ class StepClock:
 
   def add_train_batch(self, examples: Any) -> None:
     """Counts one `update_actor` call's train batch (`train_batch_tokens`)."""
-    tokens, slots = train_batch_tokens(examples)
+    tokens, on_device, slots = _batch_counts(examples)
     self.train["tokens"] += tokens
+    self._device_train_tokens += on_device
     self.train["slots"] += slots
 
   def add_learner_metrics(self, metrics: Mapping[str, Any]) -> None:
@@ -224,6 +250,11 @@ class StepClock:
     explicit0, skipped0, full0 = self._gc_at_start
     explicit, skipped, full = _gc_counts(self._gc_policy)
     frozen = self._gc_policy is not None and self._gc_policy.frozen
+    if self._device_train_tokens:
+      with transfers.deliberate("step_record"):
+        self.train["tokens"] += sum(
+            int(n) for n in jax.device_get(self._device_train_tokens))
+      self._device_train_tokens = []
     values = {
         "reward_mean": (
             np.mean(self.reward_means) if self.reward_means else np.nan
