@@ -106,7 +106,7 @@ class EngineWeights:
     """
     src = nnx.state(model, self.param_filter)
     if one_call:
-      self._rollout.update_params(self.publisher(src),
+      self._rollout.update_params(self.publisher(src, wait=False),
                                   filter_types=self.update_filter)
       return 1
     return self.publisher.publish_each(src, self._update_one_param)
