@@ -147,6 +147,8 @@ def grpo_run(tmp_path_factory):
       "--devices_per_host=2", "--steps=3", "--batch_size=4",
       "--num_generations=4", "--max_new_tokens=6", "--seed=3",
       "--learning_rate=1e-2",
+      # An implicit host-to-device transfer in a step after the first fails.
+      "--transfer_guard=disallow",
   )
   return out
 

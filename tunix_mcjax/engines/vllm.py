@@ -76,6 +76,7 @@ import numpy as np
 from tunix.generate import tokenizer_adapter
 from tunix.rl.rollout import base_rollout
 
+from tunix_mcjax import transfers
 from tunix_mcjax import tree_paths
 from tunix_mcjax.compat import vllm_engine as compat_vllm
 from tunix_mcjax.engines import base
@@ -564,8 +565,10 @@ class VllmEngine(base.Engine):
         max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
     )
     outs = self._llm.generate(inputs, params, use_tqdm=False)
-    return jax.numpy.asarray(vllm_requests.scored_logps(
-        outs, inputs, spans, completions.shape))
+    # vLLM scores on its own (PyTorch) side: the result comes from the host.
+    with transfers.deliberate("torch_engine"):
+      return jax.numpy.asarray(vllm_requests.scored_logps(
+          outs, inputs, spans, completions.shape))
 
   def pad_id(self) -> int:
     return self._tokenizer.pad_id()

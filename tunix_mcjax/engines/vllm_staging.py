@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from tunix_mcjax import compat
+from tunix_mcjax import transfers
 from tunix_mcjax import tree_paths
 
 ParamPath = tree_paths.ParamPath
@@ -153,11 +154,11 @@ class Staging:
     if single is not None and x.dtype == self.dtype:
       if self._transfer == "dlpack":
         return compat.torch_from_jax(torch, single)
-      with jax.transfer_guard("allow"):
+      with transfers.deliberate("torch_engine"):
         return numpy_to_torch(torch, np.array(single))
     # Sharded or in another dtype ('tunix' backend or first install): one
     # host gather. Tunix's sync_weights runs under a transfer guard meant
     # for JAX engines; a PyTorch engine's weights must leave JAX here.
-    with jax.transfer_guard("allow"):
+    with transfers.deliberate("torch_engine"):
       host = np.asarray(x).astype(self.dtype, copy=False)
     return numpy_to_torch(torch, host)
