@@ -15,10 +15,14 @@
 """The step's transfer guard (tunix_mcjax/transfers.py), with real JAX.
 
 The whole jobs under the guard are the shared runs "mcjax2"
-(tests/conftest.py `equivalence_runs`: 2 hosts, KL and evaluation on) and
-the 3-host run (`three_host_runs`: LoRA, gradient accumulation, hsdp): a
+(tests/conftest.py `equivalence_runs`: 2 hosts, KL and evaluation on), the
+3-host run (`three_host_runs`: LoRA, gradient accumulation, hsdp) and the
+disaggregated runs "k0" and "k1" (tests/da/test_disaggregated.py: the
+trainer host at max_staleness 0, and 1 with importance weights and LoRA): a
 transfer the guard refuses fails them.
 """
+
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -59,8 +63,26 @@ def test_only_listed_transfers_are_deliberate():
      "does not take it"),
     (lambda: cli_options.CliOptions(backend="tunix",
                                     transfer_guard="disallow"),
-     "applies to --backend=mcjax only"),
+     "applies to --backend=mcjax and mcjax_da only"),
 ])
 def test_the_level_is_checked_before_anything_starts(make, message):
   with pytest.raises(ValueError, match=message):
     make()
+
+
+@pytest.mark.parametrize("backend", ["mcjax", "mcjax_da"])
+def test_both_mcjax_backends_take_the_guard(backend):
+  cfg = job_config.GrpoJobConfig(backend=backend, transfer_guard="disallow")
+  assert cfg.transfer_guard == "disallow"
+  options = cli_options.CliOptions(backend=backend, transfer_guard="log")
+  assert options.transfer_guard == "log"
+
+
+def test_every_deliberate_transfer_is_in_the_design_doc():
+  # The disaggregated trainer's host data by design (tunix_mcjax/da/) too.
+  assert {"da_rows", "da_importance", "da_publish"} <= set(
+      transfers.DELIBERATE)
+  design = (pathlib.Path(__file__).resolve().parents[1] / "docs"
+            / "design.md").read_text()
+  missing = [w for w in transfers.DELIBERATE if f"| `{w}` |" not in design]
+  assert not missing, f"not in docs/design.md's transfer table: {missing}"

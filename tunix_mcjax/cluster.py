@@ -438,7 +438,8 @@ class McJaxRLCluster(compat.RLCluster):
             temperature=temperature,
         )
         # This host's rows, left on its devices.
-        outs.append(global_rows.local_rows_on_device(out))
+        outs.append(global_rows.local_rows_on_device(
+            runtime.order_collectives(out)))
       return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
 
   def get_old_per_token_logps(self, prompt_tokens, completion_tokens,

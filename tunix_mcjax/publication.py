@@ -212,7 +212,8 @@ class Publisher:
       wait: wait for the gather to finish (then `last_stats.seconds` is the
         publication's time). A training step does not: the engine's next
         program waits on its inputs anyway, and the host goes on meanwhile
-        (then `seconds` is the dispatch time).
+        (then `seconds` is the dispatch time; except in a multi-process
+        job on CPU, `runtime.order_collectives`).
     """
     t0 = time.perf_counter()
     flat = self._flat(src)
@@ -224,6 +225,8 @@ class Publisher:
     ]
     if wait:
       jax.block_until_ready(local)
+    else:
+      runtime.order_collectives(local)
     self.last_stats = PublicationStats(
         num_params=len(local),
         bytes=self._bytes,

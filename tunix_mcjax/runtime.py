@@ -567,6 +567,22 @@ def cluster_hints(environ: Mapping[str, str] | None = None) -> list[str]:
   return hints
 
 
+def order_collectives(tree: Any) -> Any:
+  """Waits for `tree` in a multi-process job on CPU; returns it.
+
+  XLA:CPU runs independent programs concurrently once dispatched, so two
+  cross-process programs in flight at once can pair their collectives
+  differently on different processes (gloo then aborts on a size
+  mismatch). Accelerators run a device's programs in dispatch order, so
+  there the step does not wait.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if jax.process_count() > 1 and jax.default_backend() == "cpu":
+    jax.block_until_ready(tree)
+  return tree
+
+
 def backend_started() -> bool | None:
   """Whether this process has started a JAX backend; None if JAX cannot say.
 

@@ -52,6 +52,17 @@ DELIBERATE = {
     "tunix_eval": "Tunix's evaluation pass inside the train call (its"
                   " PeftTrainer sums eval losses from a Python 0): not"
                   " guarded",
+    "torch_engine": "a PyTorch engine (vLLM): its log-probs come back from"
+                    " the host, and weights reach it through the host"
+                    " unless DLPack hands them over on the device",
+    # The disaggregated mode's trainer hosts (mcjax_da, da/).
+    "da_rows": "mcjax_da: the completion ids to the host, checked row by"
+               " row against the tokens the rollout hosts sent through Ray",
+    "da_importance": "mcjax_da, max_staleness >= 1: the proximal log-probs"
+                     " and completion mask to the host, for the importance"
+                     " weights against the sampler log-probs from Ray",
+    "da_publish": "mcjax_da: the published weights to the host, for one put"
+                  " into Ray's object store",
 }
 
 

@@ -73,6 +73,11 @@ def test_transfer_guard_flag_reaches_the_cluster_options(
   parsed_flags("--backend=mcjax", "--transfer_guard=disallow")
   mcjax = pipeline(options=cli.options_from_flags()).mcjax_options()
   assert mcjax.transfer_guard == "disallow"
+  # The disaggregated mode's trainer hosts build their cluster from the same
+  # options (cli.disaggregated.CliTask runs this pipeline).
+  parsed_flags("--backend=mcjax_da", "--transfer_guard=disallow")
+  da = pipeline(options=cli.options_from_flags()).mcjax_options()
+  assert da.transfer_guard == "disallow"
   parsed_flags("--backend=tunix", "--transfer_guard=log")
   with pytest.raises(cli.ConfigError, match="--transfer_guard applies to"):
     cli.options_from_flags()

@@ -17,10 +17,11 @@
 
 DA runs shared by every check here (module fixture):
 - "k0": `--max_staleness=0` with the core equivalence flags (KL on, an
-  evaluation pass before every step), 4 devices per host, compared with the
-  colocated mcjax run of the session's `equivalence_runs` with the same
-  trainer mesh (1 host x 4 devices): completions, rewards and evaluation
-  rollouts identical, losses and parameters within 1e-6. (Against another
+  evaluation pass before every step), 4 devices per host, under
+  `--transfer_guard=disallow` (as "k1"), compared with the colocated mcjax
+  run of the session's `equivalence_runs` with the same trainer mesh (1
+  host x 4 devices): completions, rewards and evaluation rollouts
+  identical, losses and parameters within 1e-6. (Against another
   trainer mesh Adam turns reduction-order noise in near-zero gradients into
   parameter differences of a few 1e-6.)
 - "k1": `--max_staleness=1`, 3 steps, a LoRA actor (only adapters travel
@@ -32,9 +33,10 @@ DA runs shared by every check here (module fixture):
   weight is 1. It runs on an "existing" Ray cluster (`--ray_address`): a
   loopback-only Ray head that a separate process started before the job
   and stops after it; the job leaves it running, without its actors.
-- "killed": "k1" again, with one rollout host SIGKILLed after step 1: Ray
-  restarts it (rebuilding the base model, then getting the adapters of the
-  version its request needs), and the run equals "k1".
+- "killed": "k1" again (without the guard), with one rollout host
+  SIGKILLed after step 1: Ray restarts it (rebuilding the base model, then
+  getting the adapters of the version its request needs), and the run
+  equals "k1".
 A killed trainer host is checked on the resume runs
 (tests/da/test_da_resume.py), which kill one anyway.
 """
@@ -64,6 +66,7 @@ import sockets
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
 DA_FLAGS = ("--backend=mcjax_da", "--trainer_hosts=1", "--rollout_hosts=2")
+GUARDED = "--transfer_guard=disallow"
 
 
 @pytest.fixture(name="da_runs", scope="module")
@@ -76,10 +79,14 @@ def da_runs_fixture(tmp_path_factory, shared_runs):
   killed = _run_killing(tmp / "killed", "RolloutHost", *lora_flags)
   return {
       "killed": killed,
+      # "k0" and "k1" run under the transfer guard: their trainer host's
+      # steps after the first make no implicit host-to-device transfer
+      # (tunix_mcjax/transfers.py; on policy, and with importance weights).
       "k0": shared_runs.example(
           *example_runs.EQUIVALENCE_FLAGS, *example_runs.EVAL_FLAGS,
-          *DA_FLAGS, "--devices_per_host=4", "--max_staleness=0"),
-      "k1": shared_runs.example(*lora_flags),
+          *DA_FLAGS, "--devices_per_host=4", "--max_staleness=0",
+          GUARDED),
+      "k1": shared_runs.example(*lora_flags, GUARDED),
       # Two trainer hosts (one JAX program over both, a rollout host each),
       # on a Ray cluster the job did not start.
       "k1_lr0": _run_on_existing_cluster(

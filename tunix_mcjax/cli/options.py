@@ -69,8 +69,9 @@ class CliOptions:
     max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s.
     params_out: after training, host 0 writes the actor's final parameters
       to this .npz file (any backend; for comparing backends).
-    transfer_guard: mcjax only: JAX's transfer guard over the backend's
-      calls after the first step (`tunix_mcjax.transfers`).
+    transfer_guard: mcjax and mcjax_da (its trainer hosts) only: JAX's
+      transfer guard over the backend's calls after the first step
+      (`tunix_mcjax.transfers`).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -99,10 +100,11 @@ class CliOptions:
       transfers.check_level(self.transfer_guard)
     except ValueError as e:
       raise ConfigError(str(e)) from None
-    if self.transfer_guard != "allow" and self.backend != "mcjax":
+    if self.transfer_guard != "allow" and self.backend not in (
+        "mcjax", "mcjax_da"):
       raise ConfigError(
-          f"--transfer_guard applies to --backend=mcjax only, not"
-          f" --backend={self.backend}.")
+          f"--transfer_guard applies to --backend=mcjax and mcjax_da only,"
+          f" not --backend={self.backend}.")
     if self.reward_workers < 0:
       raise ConfigError(
           f"--reward_workers={self.reward_workers} must be >= 0 (0:"

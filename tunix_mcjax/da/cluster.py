@@ -40,6 +40,17 @@ checkpoint: with max_staleness K >= 1 the first batch after a resume is
 sampled with the restored policy (staleness 0, as at step 1 of a fresh
 run), so a resumed K >= 1 run differs from an uninterrupted one from that
 batch on; at K = 0 the resume is exact.
+
+Under `--transfer_guard` the trainer hosts' backend calls after the first
+step are guarded as the colocated backend's are (`transfers`): rows stay on
+the devices between the learner and the log-prob and train programs, and
+what the trainer needs on the host by design moves explicitly
+(`transfers.DELIBERATE`'s "da_rows", "da_importance" and "da_publish": the
+row check against the rollout hosts' tokens, the importance weights
+computed in numpy against the sampler log-probs from Ray, each publication
+into Ray's object store). The rollout hosts are not guarded: their work is
+host-side by nature (weights arrive from Ray's object store and go onto
+their devices, completions go back through Ray).
 """
 
 from __future__ import annotations
@@ -51,11 +62,15 @@ from typing import Any
 
 from flax import nnx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tunix.rl import common as rl_common
 from tunix.rl import utils as rl_utils
 
 from tunix_mcjax import cluster as cluster_lib
+from tunix_mcjax import global_rows
+from tunix_mcjax import runtime
+from tunix_mcjax import transfers
 from tunix_mcjax.da import importance
 from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import remote_engine
@@ -222,63 +237,75 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
   def get_old_per_token_logps(self, prompt_tokens, completion_tokens,
                               micro_batch_size=None):
     # No engine on this host: the trainers' own policy, over all of them.
-    return self._actor_logps(prompt_tokens, completion_tokens,
-                             micro_batch_size)
+    with self._guarded():
+      return self._actor_logps(prompt_tokens, completion_tokens,
+                               micro_batch_size)
 
   def _actor_logps(self, prompt_tokens, completion_tokens,
-                   micro_batch_size=None) -> np.ndarray:
-    """This host's rows' log-probs under the actor (a global program)."""
+                   micro_batch_size=None) -> jax.Array:
+    """This host's rows' log-probs under the actor (a global program), left
+    on this host's devices."""
     n = prompt_tokens.shape[0]
     temperature = self.get_rollout_config(mode=Mode.TRAIN).temperature
     graphdef, state = nnx.split(self.actor_trainer.model)
     outs = []
     with self.step_clock.phase("logps", cross_host="logps"), \
-        self._get_mesh_and_logical_axis_rules_cm(Role.ACTOR):
+        self._get_mesh_and_logical_axis_rules_cm(Role.ACTOR), \
+        self._guarded():
       for sl in rl_utils.chunk_slices_by_size(stop=n,
                                               step=micro_batch_size or n):
         out = rl_common.compute_per_token_logps(
             graphdef, state,
-            prompt_tokens=self._to_global(np.asarray(prompt_tokens[sl])),
+            prompt_tokens=self._to_global(
+                global_rows.take_rows(prompt_tokens, sl)),
             completion_tokens=self._to_global(
-                np.asarray(completion_tokens[sl])),
+                global_rows.take_rows(completion_tokens, sl)),
             pad_id=self.rollout.pad_id(), eos_id=self.rollout.eos_id(),
             stop_gradient=True, return_logits=False,
             temperature=temperature,
         )
-        outs.append(self._local_rows(out))
-    return np.concatenate(outs, axis=0)
+        # This host's rows, left on its devices.
+        outs.append(global_rows.local_rows_on_device(
+            runtime.order_collectives(out)))
+      return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
 
   def update_actor(self, train_ds, eval_ds, skip_jit=False):
     # With micro-batches (gradient accumulation) the learner generates and
     # hands over one micro-batch at a time: one generated part per example,
     # the step's record combining them.
-    examples = []
-    for example in train_ds:
-      generated = self.rollout.generated
-      rows = np.asarray(example.completion_ids).shape[0]
-      if not generated or len(generated[0].tokens) != rows:
-        raise RuntimeError(
-            f"A training micro-batch of {rows} rows, but the next generated"
-            f" part has {len(generated[0].tokens) if generated else 0}:"
-            " under mcjax_da each generate call must cover one training"
-            " micro-batch (leave rollout_micro_batch_size and"
-            " compute_logps_micro_batch_size unset or equal to the training"
-            " micro-batch)."
-        )
-      earlier, self._step_da = self._step_da, {}
-      examples.append(self._with_importance_weights(example))
-      # Only `is_weight_mean` (K >= 1) is weighted by tokens when merged.
-      tokens = (int(np.asarray(example.completion_mask).sum())
-                if "is_weight_mean" in self._step_da else 0)
-      if earlier:
-        self._step_da = _merge_parts(earlier, self._step_da,
-                                     self._step_tokens, tokens)
-        tokens += self._step_tokens
-      self._step_tokens = tokens
-    super().update_actor(examples, eval_ds, skip_jit)
+    with self._guarded():
+      examples = []
+      for example in train_ds:
+        generated = self.rollout.generated
+        rows = example.completion_ids.shape[0]
+        if not generated or len(generated[0].tokens) != rows:
+          raise RuntimeError(
+              f"A training micro-batch of {rows} rows, but the next"
+              " generated part has"
+              f" {len(generated[0].tokens) if generated else 0}: under"
+              " mcjax_da each generate call must cover one training"
+              " micro-batch (leave rollout_micro_batch_size and"
+              " compute_logps_micro_batch_size unset or equal to the"
+              " training micro-batch)."
+          )
+        earlier, self._step_da = self._step_da, {}
+        weighted, tokens = self._with_importance_weights(example)
+        examples.append(weighted)
+        # Only `is_weight_mean` (K >= 1) is weighted by tokens when merged.
+        if earlier:
+          self._step_da = _merge_parts(earlier, self._step_da,
+                                       self._step_tokens, tokens)
+          tokens += self._step_tokens
+        self._step_tokens = tokens
+      super().update_actor(examples, eval_ds, skip_jit)
 
-  def _with_importance_weights(self, example: Any) -> Any:
-    """Checks the batch's policy version; weights it when it may be stale."""
+  def _with_importance_weights(self, example: Any) -> tuple[Any, int]:
+    """Checks the batch's policy version; weights it when it may be stale.
+
+    Returns the example (with `sampler_is_weights` when K >= 1) and, when
+    weighted, its completion tokens (0 otherwise): they weight its
+    `is_weight_mean` when a step's micro-batches are merged.
+    """
     batch = self.rollout.generated.popleft()
     staleness = self.global_steps - batch.version
     if not 0 <= staleness <= self.da.max_staleness:
@@ -287,7 +314,8 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
           f" version {self.global_steps}: staleness {staleness} is outside"
           f" [0, max_staleness={self.da.max_staleness}]."
       )
-    completion_ids = np.asarray(example.completion_ids)
+    with transfers.deliberate("da_rows"):
+      completion_ids = np.asarray(jax.device_get(example.completion_ids))
     for i, tokens in enumerate(batch.tokens):
       row = np.asarray(tokens)[:completion_ids.shape[1]]
       if not np.array_equal(completion_ids[i, :row.shape[0]], row):
@@ -307,17 +335,21 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
     }
     if self.da.max_staleness == 0:
       # On-policy by construction: the sampler is the trainer's policy.
-      return example
-    prox = self._actor_logps(np.asarray(example.prompt_ids), completion_ids)
+      return example, 0
+    prox = self._actor_logps(example.prompt_ids, example.completion_ids)
+    with transfers.deliberate("da_importance"):
+      prox, mask = (np.asarray(a) for a in jax.device_get(
+          (prox, example.completion_mask)))
     sampler = importance.padded_sampler_logps(batch.logprobs,
                                               completion_ids.shape[1])
-    mask = np.asarray(example.completion_mask)
     weights = importance.truncated_weights(prox, sampler, mask,
                                            self.da.is_cap)
     self._step_da.update(importance.weight_stats(
         weights, mask, importance.context_aligned(
             completion_ids, mask, self.rollout.pad_id())))
-    return example.replace(sampler_is_weights=weights)
+    # The weights go into the global batch with the other host rows
+    # (`global_rows.to_global`, "host_rows").
+    return example.replace(sampler_is_weights=weights), int(mask.sum())
 
   def _step_extras(self) -> dict[str, Any] | None:
     # After this step's publication: its bytes and put time.

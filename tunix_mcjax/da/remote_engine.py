@@ -46,6 +46,7 @@ from tunix.generate import tokenizer_adapter
 from tunix.rl.rollout import base_rollout
 from tunix.sft import utils as sft_utils
 
+from tunix_mcjax import transfers
 from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import base as engine_base
 
@@ -448,7 +449,9 @@ class RemoteEngine(engine_base.Engine):
 
 
 def _to_host(params: Any) -> dict[tuple[Any, ...], np.ndarray]:
-  """Published (replicated, host-local) arrays -> numpy, by parameter path."""
-  with jax.transfer_guard("allow"):
-    return {path: np.asarray(x)
-            for path, x in tree_paths.flat_params(params).items()}
+  """Published (replicated, host-local) arrays -> numpy, by parameter path
+  (for Ray's object store: a deliberate device-to-host copy)."""
+  flat = tree_paths.flat_params(params)
+  with transfers.deliberate("da_publish"):
+    values = jax.device_get(list(flat.values()))
+  return {path: np.asarray(x) for path, x in zip(flat, values)}

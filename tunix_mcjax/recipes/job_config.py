@@ -202,10 +202,11 @@ class GrpoJobConfig:
       " processes (functions must be picklable); 0: in-process, one after"
       " the other (as stock Tunix).")
   # JAX's transfer guard over the backend's calls after the first step
-  # (tunix_mcjax.transfers.GUARD_LEVELS; mcjax): "disallow" raises on an
-  # implicit host<->device transfer there.
+  # (tunix_mcjax.transfers.GUARD_LEVELS; mcjax, mcjax_da's trainer hosts):
+  # "disallow" raises on an implicit host<->device transfer there.
   transfer_guard: str = _field(
-      "allow", "mcjax: JAX's transfer guard over the backend's calls of"
+      "allow", "mcjax, mcjax_da: JAX's transfer guard over the backend's"
+      " (mcjax_da: the trainer hosts') calls of"
       " every step after the first; 'disallow' raises on an implicit"
       " host<->device transfer (docs/design.md lists the deliberate ones).",
       choices=transfers.GUARD_LEVELS)
@@ -254,10 +255,12 @@ class GrpoJobConfig:
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
 
     transfers.check_level(self.transfer_guard)
-    if self.transfer_guard != "allow" and self.backend != "mcjax":
+    if self.transfer_guard != "allow" and self.backend not in (
+        "mcjax", "mcjax_da"):
       raise ValueError(
-          f"--transfer_guard={self.transfer_guard} guards the mcjax"
-          f" backend's calls; --backend={self.backend} does not take it.")
+          f"--transfer_guard={self.transfer_guard} guards the mcjax and"
+          f" mcjax_da backends' calls; --backend={self.backend} does not"
+          " take it.")
     if self.backend not in BACKENDS:
       raise ValueError(
           f"backend must be one of {BACKENDS}, got {self.backend!r}."
