@@ -55,7 +55,6 @@ from flax import nnx
 from flax.linen import partitioning as nn_partitioning
 import jax
 import jax.numpy as jnp
-import numpy as np
 from tunix.rl import utils as rl_utils
 from tunix.sft import utils as sft_utils
 
