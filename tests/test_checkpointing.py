@@ -72,10 +72,14 @@ def _run(cmd: list[str], *, expect_rc: int = 0
   return proc
 
 
-def _run_killed_after(cmd: list[str], out: pathlib.Path, step: int) -> None:
-  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded."""
+def _run_killed_after(cmd: list[str], out: pathlib.Path, ckpt: pathlib.Path,
+                      step: int, saved: int) -> None:
+  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded and
+  checkpoint `saved` is complete (saves are asynchronous: step `saved + 1`
+  can finish while `saved` is still being written)."""
   launch_utils.run_killed_when(
-      cmd, lambda: launch_utils.steps_done(out / "metrics.jsonl") >= step,
+      cmd, lambda: (launch_utils.steps_done(out / "metrics.jsonl") >= step
+                    and saved in checkpointing.complete_steps(str(ckpt))),
       log_path=out.parent / f"{out.name}.log", timeout_s=_TIMEOUT_S)
 
 
@@ -187,7 +191,7 @@ def lora(tmp_path_factory):
   _run(_command(ref_out, ref_ckpt, "--num_hosts=2", *LORA))
   out, ckpt = tmp / "resumed", tmp / "ckpt"
   cmd = _command(out, ckpt, "--num_hosts=2", *LORA)
-  _run_killed_after(cmd, out, step=3)
+  _run_killed_after(cmd, out, ckpt, step=3, saved=2)
   steps_after_kill = checkpointing.complete_steps(str(ckpt))
   proc = _run(cmd)  # The same command again.
   return dict(ref=ref_out, out=out, ckpt=ckpt, proc=proc,

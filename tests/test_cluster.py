@@ -33,6 +33,7 @@ _SCRIPT = textwrap.dedent("""
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
     from tunix_mcjax import compat
+    from tunix_mcjax import global_rows
     from tunix_mcjax.recipes import models
 
     gm, lm = runtime.global_mesh(), runtime.local_mesh()
@@ -99,7 +100,7 @@ _SCRIPT = textwrap.dedent("""
     except RuntimeError as e:
       errors["eval"] = str(e)
     g = cluster._to_global(np.full((4, 5), jax.process_index()))
-    rows = cluster._local_rows(g)
+    rows = np.asarray(global_rows.local_rows_on_device(g))
     patches["while_open"] = rl_utils.is_sharing_weights is stock_fn
     cluster.close()
     # Accepted: every host's rows still land on its own block of the batch.
@@ -112,7 +113,8 @@ _SCRIPT = textwrap.dedent("""
     mine = np.arange(20, dtype=np.int32).reshape(4, 5) + 100 * jax.process_index()
     g2 = other._to_global(mine)
     reordered_ok = bool(
-        (other._local_rows(g2) == mine).all() and g2.shape == (8, 5)
+        (np.asarray(global_rows.local_rows_on_device(g2)) == mine).all()
+        and g2.shape == (8, 5)
         and all((np.asarray(s.data) // 100 == jax.process_index()).all()
                 for s in g2.addressable_shards))
     other.close()

@@ -111,3 +111,18 @@ def test_a_missing_token_count_is_an_error_not_a_stand_in(tmp_path, tokens):
   with pytest.raises(ValueError, match=r"step 10 of the bench records has"
                      rf" completion_tokens={tokens!r}; per-token times"):
     report_lib.build_report(MODE, runs, None)
+
+
+@pytest.mark.parametrize("accelerator, says", [
+    ({"platform": "cpu", "count": 2, "device_kind": "cpu"},
+     "simulated hosts (JAX CPU devices"),
+    ({"platform": "gpu", "count": 1, "device_kind": "NVIDIA H200"},
+     "on this machine's gpu devices"),
+])
+def test_the_report_says_where_the_arms_ran(tmp_path, accelerator, says):
+  rep = report_lib.build_report(
+      MODE, _runs(tmp_path), None,
+      machine={"cpu_model": "x", "accelerator": accelerator})
+  md = render.markdown(rep)
+  assert says in md
+  assert ("simulated hosts" in md) == (accelerator["platform"] == "cpu")

@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 
 import launch_utils
+from tunix_mcjax import checkpointing
 from cli.test_grpo_main import inputs  # pylint: disable=unused-import
 from cli.test_grpo_main import RECIPE, REWARDS, MAX_PROMPT, TRAIN_POSITIONS
 from cli.test_grpo_main import TEST_POSITIONS
@@ -144,10 +145,14 @@ def _run(cmd, env, cwd) -> subprocess.CompletedProcess[str]:
   return proc
 
 
-def _run_killed_after(cmd, env, cwd, out: pathlib.Path, step: int) -> None:
-  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded."""
+def _run_killed_after(cmd, env, cwd, out: pathlib.Path, ckpt: pathlib.Path,
+                      step: int, saved: int) -> None:
+  """Runs `cmd` and SIGKILLs the whole job once step `step` is recorded and
+  checkpoint `saved` is complete (saves are asynchronous: step `saved + 1`
+  can finish while `saved` is still being written)."""
   launch_utils.run_killed_when(
-      cmd, lambda: launch_utils.steps_done(out / "metrics.jsonl") >= step,
+      cmd, lambda: (launch_utils.steps_done(out / "metrics.jsonl") >= step
+                    and saved in checkpointing.complete_steps(str(ckpt))),
       log_path=out.parent / f"{out.name}.log", env=env, cwd=cwd,
       timeout_s=_TIMEOUT_S)
 
@@ -188,7 +193,7 @@ def resume_runs(inputs, tmp_path_factory):
   ref_proc = _run(*ref)
   ckpt = tmp / "ckpt"
   _run_killed_after(*_command(inputs, tmp / "killed", ckpt), tmp / "killed",
-                    step=3)
+                    ckpt, step=3, saved=_EVERY)
   resumed_proc = _run(*_command(inputs, tmp / "resumed", ckpt))
   return {"ref": (tmp / "ref", tmp / "ref_ckpt", ref_proc),
           "resumed": (tmp / "resumed", ckpt, resumed_proc),

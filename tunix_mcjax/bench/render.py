@@ -53,6 +53,19 @@ def _machine_line(m: Mapping[str, Any]) -> str:
           f" {acc.get('jax', '?')}; load before/after the bench: {load}.")
 
 
+def _arms_line(m: Mapping[str, Any]) -> str:
+  acc = m.get("accelerator") or {}
+  if acc.get("platform") in (None, "cpu"):
+    where = ("The arms run the GRPO example's simulated hosts (JAX CPU"
+             " devices, sharing the cores)")
+  else:
+    where = (f"The arms run on this machine's {acc.get('platform')} devices"
+             " (one process per host)")
+  return (where + ": compare ratios within this report, not absolute times"
+          " across machines. 'load' is the machine's 1-minute load average"
+          " before and after each launch.")
+
+
 def markdown(report: Mapping[str, Any]) -> str:
   """The report as markdown tables."""
   m = report["machine"]
@@ -61,10 +74,7 @@ def markdown(report: Mapping[str, Any]) -> str:
       f"# Benchmark report ({report['mode']} mode)",
       "",
       _machine_line(m),
-      "The arms run the GRPO example's simulated hosts (JAX CPU devices,"
-      " sharing the cores): compare ratios within this report, not absolute"
-      " times across machines. 'load' is the machine's 1-minute load average"
-      " before and after each launch.",
+      _arms_line(m),
       "",
       f"Protocol: {proto['scored']} are scored, {proto['launches']}"
       f" launch(es) per arm; step time = {proto['step_time']}; intervals:"
