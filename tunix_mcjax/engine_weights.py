@@ -58,6 +58,48 @@ def initial_model(actor: nnx.Module,
   return nnx.merge(graphdef, publisher(full_state))
 
 
+class TrainedState:
+  """`nnx.state(model, filter)` each step, without walking the graph.
+
+  Flax's graph walk costs ~0.1 ms per parameter (35 ms a step for
+  Qwen3-0.6B's 310, on the host, in every step's publication). The model's
+  structure does not change between steps, only its arrays: the first call
+  walks the graph once and records which of the model's pytree leaves are
+  the state's; later calls flatten the model as a pytree and pick those
+  leaves. Any change of the model's pytree structure falls back to the walk
+  (and re-records); so does a model whose leaves are not distinct arrays
+  (shared references), where positions would be ambiguous.
+  """
+
+  def __init__(self, param_filter: Any):
+    self._filter = param_filter
+    self._model_def: Any = None
+    self._state_def: Any = None
+    self._picks: list[int] | None = None
+
+  def __call__(self, model: nnx.Module) -> nnx.State:
+    if self._picks is not None:
+      leaves, model_def = jax.tree.flatten(model)
+      if model_def == self._model_def:
+        return jax.tree.unflatten(self._state_def,
+                                  [leaves[i] for i in self._picks])
+    return self._record(model)
+
+  def _record(self, model: nnx.Module) -> nnx.State:
+    state = nnx.state(model, self._filter)
+    self._picks = None
+    try:
+      leaves, self._model_def = jax.tree.flatten(model)
+    except Exception:  # pylint: disable=broad-exception-caught
+      return state  # Not a pytree here: always walk the graph.
+    where = {id(x): i for i, x in enumerate(leaves)}
+    state_leaves, self._state_def = jax.tree.flatten(state)
+    picks = [where.get(id(x)) for x in state_leaves]
+    if len(where) == len(leaves) and None not in picks:
+      self._picks = picks
+    return state
+
+
 class EngineWeights:
   """Publishes what trains of the trainer's model into this host's engine."""
 
@@ -80,6 +122,7 @@ class EngineWeights:
     # The initial model carried the whole actor; from here on only what
     # trains changes: the adapters of a LoRA actor.
     self.param_filter = nnx.LoRAParam if lora_enabled else nnx.Param
+    self._trained = TrainedState(self.param_filter)
     self.update_filter = (nnx.LoRAParam,) if lora_enabled else None
     target = rollout.publication_target()
     self.publisher = publication.Publisher(
@@ -104,7 +147,7 @@ class EngineWeights:
       one_call: O4: one all-gather program and one engine update for all
         weights; False: one of each per parameter.
     """
-    src = nnx.state(model, self.param_filter)
+    src = self._trained(model)
     if one_call:
       self._rollout.update_params(self.publisher(src, wait=False),
                                   filter_types=self.update_filter)
