@@ -73,9 +73,11 @@ def host_view_mesh(local_mesh: Mesh) -> Mesh:
   mine = view[hosts.index(jax.process_index())]
   if [d.id for d in mine.flat] != [d.id for d in local_mesh.devices.flat]:
     raise ValueError(
-        "The engine mesh must list this host's devices by id (as"
-        " runtime.local_mesh() does); got"
-        f" {[d.id for d in local_mesh.devices.flat]}."
+        "The engine mesh must list this host's devices in"
+        " runtime.local_mesh()'s order (physical order within the host,"
+        f" ids {[d.id for d in mine.flat]}); got"
+        f" {[d.id for d in local_mesh.devices.flat]}. Build it with"
+        " runtime.local_mesh()."
     )
   return Mesh(view, (runtime.HOST_AXIS, *local_mesh.axis_names))
 
