@@ -30,7 +30,10 @@ each, the tiny model) and one colocated job, all accumulating gradients over
   sampled with the restored policy (version 2, staleness 0), the next one
   is one version old again (docs/disaggregated.md).
 The DA jobs join one Ray cluster started for the module (`--ray_address`),
-which the killed job must leave without actors, groups or busy CPUs.
+which the killed job must leave without actors, groups or busy CPUs. "ref"
+and "k1_fresh" run there at the same time ("k1_fresh" starts once "ref"'s
+rollout actors are up), each in the Ray namespace of its own that every
+launch gets, with the same actor names.
 """
 
 from __future__ import annotations
@@ -118,6 +121,42 @@ def _run_trainer_killed(cmd: list[str], out: pathlib.Path,
           "steps_done": launch_utils.steps_done(metrics), "console": console}
 
 
+def _run_together(first: list[str], second: list[str],
+                  outs: tuple[pathlib.Path, pathlib.Path],
+                  cluster: existing_ray.ExistingRayCluster) -> dict:
+  """Runs two jobs on `cluster`: `second` starts once `first`'s rollout
+  actors are alive. Their consoles and the most rollout actors seen alive
+  at once."""
+  launch_utils.require_markers("multihost", "e2e")
+  logs = [out.parent / f"{out.name}_together.log" for out in outs]
+  procs = []
+  most_rollouts = 0
+  deadline = time.monotonic() + _TIMEOUT_S
+  try:
+    with open(logs[0], "w") as log0, open(logs[1], "w") as log1:
+      procs.append(subprocess.Popen(first, env=cluster.job_env(),
+                                    stdout=log0, stderr=subprocess.STDOUT))
+      while any(p.poll() is None for p in procs) and (
+          time.monotonic() < deadline):
+        rollouts = len(cluster.worker_pids("RolloutHost"))
+        most_rollouts = max(most_rollouts, rollouts)
+        if len(procs) == 1 and (rollouts >= 2 or procs[0].poll() is not None):
+          procs.append(subprocess.Popen(second, env=cluster.job_env(),
+                                        stdout=log1,
+                                        stderr=subprocess.STDOUT))
+        time.sleep(0.2)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  consoles = [log.read_text() for log in logs]
+  for proc, console in zip(procs, consoles):
+    assert proc.returncode == 0, console[-6000:]
+  assert len(procs) == 2, consoles[0][-4000:]
+  return {"consoles": consoles, "most_rollouts": most_rollouts}
+
+
 def _records(out: pathlib.Path) -> list[dict]:
   return [json.loads(line)
           for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -130,7 +169,8 @@ def runs_fixture(tmp_path_factory):
   # Every DA job here joins one Ray cluster (--ray_address) instead of
   # starting and stopping its own: a job that starts Ray is
   # tests/da/test_disaggregated.py's.
-  cluster = existing_ray.ExistingRayCluster(num_cpus=4)
+  # CPUs for two jobs' hosts at once (one bundle of CPU=1 each).
+  cluster = existing_ray.ExistingRayCluster(num_cpus=6)
   try:
     names = da_options.DaOptions(trainer_hosts=1, rollout_hosts=2)
     env = cluster.job_env()
@@ -139,7 +179,17 @@ def runs_fixture(tmp_path_factory):
       return _command(out, *args, *cluster.job_flags())
 
     ref, colocated = tmp / "ref", tmp / "colocated"
-    _run(da(ref, *K0), env)
+    k1_ckpt = tmp / "k1_ckpt"
+    k1_args = (*K1, f"--checkpoint_dir={k1_ckpt}")
+    # Two jobs on the cluster at once, with the same actor names.
+    together = _run_together(
+        da(ref, *K0), da(tmp / "k1_fresh", *k1_args, "--steps=2"),
+        (ref, tmp / "k1_fresh"), cluster)
+    together["namespaces"] = [existing_ray.job_namespace(c)
+                              for c in together["consoles"]]
+    together["cluster_after"] = [
+        cluster.after_job(names.rollout_actor_names(0), namespace)
+        for namespace in together["namespaces"]]
     _run(_command(colocated, *COLOCATED))
     out, ckpt = tmp / "k0", tmp / "k0_ckpt"
     cmd = da(out, *K0, f"--checkpoint_dir={ckpt}", "--checkpoint_every=1")
@@ -147,18 +197,17 @@ def runs_fixture(tmp_path_factory):
     killed["complete_steps"] = checkpointing.complete_steps(str(ckpt))
     # What the failed job left on the cluster the next jobs use.
     killed["cluster_after"] = cluster.after_job(
-        names.rollout_actor_names(0), names.namespace)
+        names.rollout_actor_names(0),
+        existing_ray.job_namespace(killed["console"]))
     resumed_console = _run(cmd, env)  # The same command again.
-    k1_ckpt = tmp / "k1_ckpt"
-    k1_args = (*K1, f"--checkpoint_dir={k1_ckpt}")
-    _run(da(tmp / "k1_fresh", *k1_args, "--steps=2"), env)
     k1_console = _run(da(tmp / "k1", *k1_args, "--steps=4"), env)
   finally:
     left = cluster.close()
   assert cluster.returncode == 0 and left == [], (cluster.returncode, left)
   return {"ref": ref, "colocated": colocated, "k0": out, "killed": killed,
           "k0_console": resumed_console, "k1_fresh": tmp / "k1_fresh",
-          "k1": tmp / "k1", "k1_console": k1_console}
+          "k1": tmp / "k1", "k1_console": k1_console, "together": together,
+          "num_cpus": cluster.num_cpus}
 
 
 def _resume_line(console: str) -> str:
@@ -183,8 +232,10 @@ def test_a_killed_trainer_host_ends_the_job_naming_it(runs):
   assert killed["steps_done"] < 6  # It did not run to the end.
   # On the cluster it joined it left no actor, group or busy CPU behind.
   after = killed["cluster_after"]
-  assert after["free_cpus"] == 4 and after["group_resources"] == [], after
+  assert after["free_cpus"] == runs["num_cpus"], after
+  assert after["group_resources"] == [], after
   assert after["named_actors_left"] == [] and after["task_pid"] > 0, after
+  assert after["named_actors_anywhere"] == [], after
 
 
 def test_a_killed_trainer_host_leaves_complete_checkpoints(runs):
@@ -242,6 +293,31 @@ def _assert_same_from(ref: pathlib.Path, got: pathlib.Path, first: int,
       np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
                                  err_msg=name)
   example_runs.assert_parameters_moved(got)
+
+
+def test_two_jobs_share_one_ray_cluster(runs):
+  # "ref" and "k1_fresh" ran on the cluster at the same time, both with
+  # rollout actors mcjax_da_rollout_0 and _1: each in its own namespace.
+  together = runs["together"]
+  ref_ns, fresh_ns = together["namespaces"]
+  assert ref_ns != fresh_ns, together["namespaces"]
+  for namespace in together["namespaces"]:
+    assert namespace.startswith(da_options.NAMESPACE_PREFIX), namespace
+    da_options.check_namespace(namespace)
+  assert together["most_rollouts"] == 4, together["most_rollouts"]
+  # Each job's metrics and rollouts are its own: its steps, its schedule.
+  ref, fresh = _records(runs["ref"]), _records(runs["k1_fresh"])
+  assert [r["step"] for r in ref] == list(range(1, 7))
+  assert {r["staleness"] for r in ref} == {0}
+  assert [r["step"] for r in fresh] == [1, 2]
+  assert [r["staleness"] for r in fresh] == [0, 1]
+  assert len(example_runs.read_rollouts(runs["ref"])) == CALLS * 6
+  assert len(example_runs.read_rollouts(runs["k1_fresh"])) == CALLS * 2
+  # Both ended cleanly and left nothing in either namespace.
+  for after in together["cluster_after"]:
+    assert after["free_cpus"] == runs["num_cpus"], after
+    assert after["group_resources"] == [], after
+    assert after["named_actors_anywhere"] == [], after
 
 
 def test_accumulating_gradients_equals_colocated(runs):

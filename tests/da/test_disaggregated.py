@@ -147,7 +147,7 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
     actors_left = _actor_pids("RolloutHost") + _actor_pids("TrainerHost")
     after = cluster.after_job(
         names.rollout_actor_names(0) + names.rollout_actor_names(1),
-        names.namespace)
+        existing_ray.job_namespace(output))
     left_after_stop = cluster.close()
     (out / "cluster.json").write_text(json.dumps({
         **cluster.started, "after_job": after, "actor_pids_left": actors_left,
@@ -345,6 +345,7 @@ def test_a_job_on_an_existing_cluster_leaves_it_running_without_its_actors(
   # placement group gave back every CPU.
   assert after["task_pid"] > 0 and after["free_cpus"] == 4, after
   assert after["group_resources"] == [] and after["named_actors_left"] == []
+  assert after["named_actors_anywhere"] == [], after
   assert cluster["actor_pids_left"] == []
   # The cluster stopped when its owner closed it, not before.
   assert cluster["returncode"] == 0 and cluster["left_after_stop"] == []

@@ -20,6 +20,8 @@ import pytest
 
 from tunix_mcjax import platforms
 from tunix_mcjax.da import launcher
+from tunix_mcjax.da import options
+from tunix_mcjax.da import ray_local
 
 _CPU = platforms.Machine()
 _GPUS = platforms.Machine(gpus=4)
@@ -43,6 +45,26 @@ def test_accelerator_actors_keep_the_platform_jax_finds(monkeypatch):
   env = launcher._host_env(None)  # pylint: disable=protected-access
   assert "JAX_PLATFORMS" not in env
   assert env["XLA_FLAGS"] == "--xla_foo=1"  # No fake device count.
+
+
+def test_every_launch_runs_in_a_namespace_of_its_own():
+  da = options.DaOptions()
+  first, second = launcher.job_namespace(da), launcher.job_namespace(da)
+  assert first != second
+  assert first.startswith(options.NAMESPACE_PREFIX)
+  options.check_namespace(first)
+
+
+def test_a_given_namespace_is_used():
+  da = options.DaOptions(namespace="mine")
+  assert launcher.job_namespace(da) == "mine"
+  session = ray_local.RaySessionConfig(namespace="theirs")
+  # An explicit session's namespace, unless the options give one.
+  assert launcher.job_namespace(options.DaOptions(), session) == "theirs"
+  assert launcher.job_namespace(
+      da, ray_local.RaySessionConfig(namespace="mine")) == "mine"
+  with pytest.raises(ValueError, match="differs from its Ray session"):
+    launcher.job_namespace(da, session)
 
 
 def _devices(machine, bundle=("CPU=1",), **kwargs):
@@ -100,3 +122,15 @@ def test_host_devices_that_cannot_work_are_refused(machine, bundle, kwargs,
                                                    message):
   with pytest.raises(ValueError, match=message):
     _devices(machine, bundle=bundle, **kwargs)
+
+
+def test_a_namespace_in_use_is_refused_before_any_host_starts(monkeypatch):
+  import ray  # pylint: disable=g-import-not-at-top
+
+  # The job's placement group name is taken in its namespace: another job
+  # runs there (Ray itself is not started).
+  monkeypatch.setattr(ray.util, "get_placement_group", lambda name: object())
+  monkeypatch.setattr(ray.util, "placement_group", None)  # Never reached.
+  with pytest.raises(RuntimeError, match="another job runs in it"):
+    launcher._place(  # pylint: disable=protected-access
+        3, launcher.Placement(), timeout_s=1.0, name="ns_hosts")

@@ -37,10 +37,37 @@ class DaOptionsTest(absltest.TestCase):
         (dict(max_staleness=-1), "max_staleness must be"),
         (dict(is_cap=0.5), "is_cap must be >= 1"),
         (dict(timeout_s=0), "timeout_s must be"),
+        (dict(namespace=""), "namespace must be"),
+        (dict(namespace="two words"), "namespace must be"),
+        (dict(namespace="_ray_x"), "namespace must be"),
+        (dict(namespace="x" * 129), "namespace must be"),
     ):
       with self.subTest(kwargs=kwargs):
         with self.assertRaisesRegex(ValueError, message):
           options.DaOptions(**kwargs)
+
+
+class NamespaceTest(absltest.TestCase):
+
+  def test_each_launch_gets_a_namespace_of_its_own(self):
+    names = {options.job_namespace() for _ in range(50)}
+    self.assertLen(names, 50)
+    for name in names:
+      self.assertRegex(name, r"^tunix_mcjax_da_\d{8}_\d{6}_\d+_[0-9a-f]{8}$")
+      self.assertEqual(options.check_namespace(name), name)
+      self.assertEqual(options.placement_group_name(name), f"{name}_hosts")
+
+  def test_the_namespace_is_unset_unless_given(self):
+    self.assertIsNone(options.DaOptions().namespace)
+    self.assertEqual(options.DaOptions(namespace="team.a-1").namespace,
+                     "team.a-1")
+    # The actor names are the same in every namespace.
+    self.assertEqual(options.DaOptions(namespace="a").rollout_actor_names(0),
+                     options.DaOptions().rollout_actor_names(0))
+
+  def test_the_job_configs_leave_it_to_the_launcher(self):
+    cfg = grpo_job.GrpoJobConfig(backend="mcjax_da")
+    self.assertIsNone(cfg.da_options().namespace)
 
 
 class DisaggregatedJobTest(absltest.TestCase):

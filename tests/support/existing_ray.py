@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Any
@@ -26,6 +27,14 @@ import launch_utils
 from tunix_mcjax.da import ray_local
 
 _OWNER = pathlib.Path(__file__).resolve().parent / "ray_cluster_owner.py"
+_NAMESPACE_LINE = re.compile(r"^\[da\] Ray namespace (\S+): ", re.MULTILINE)
+
+
+def job_namespace(console: str) -> str:
+  """The Ray namespace a DA job printed at its start (one line)."""
+  found = _NAMESPACE_LINE.findall(console)
+  assert len(found) == 1, console[-3000:]
+  return found[0]
 
 
 class ExistingRayCluster:

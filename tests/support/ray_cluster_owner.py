@@ -20,8 +20,8 @@ Prints one JSON line (address, temp dir, auth variables). Then, for every
 line on stdin (a JSON list `[actor_names, namespace]`, sent after a job
 ended), waits until the job's actors and placement groups gave back every
 CPU and prints what the job left (free CPUs, group resources, named actors
-still there, and the pid of a task that needed the whole cluster). Stops Ray
-and exits when stdin closes.
+still there, in its namespace and in any, and the pid of a task that needed
+the whole cluster). Stops Ray and exits when stdin closes.
 """
 
 import json
@@ -58,6 +58,9 @@ def _report(num_cpus: int, names: list[str], namespace: str) -> dict:
       "group_resources": [k for k in ray.cluster_resources()
                           if "_group_" in k],
       "named_actors_left": left,
+      "named_actors_anywhere": sorted(
+          f"{a['namespace']}/{a['name']}"
+          for a in ray.util.list_named_actors(all_namespaces=True)),
       "task_pid": ray.get(whole_cluster.remote(), timeout=120),
   }
 

@@ -153,13 +153,16 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
 
     del name  # The rollout hosts run it (see `rollout_host`).
     names = self.da.rollout_actor_names(jax.process_index())
+    # The launcher named them in the namespace this job runs in (its own
+    # per launch unless the options give one).
+    namespace = self.da.namespace or ray.get_runtime_context().namespace
     handles = []
     for actor_name in names:
       try:
-        handles.append(ray.get_actor(actor_name, namespace=self.da.namespace))
+        handles.append(ray.get_actor(actor_name, namespace=namespace))
       except ValueError as e:
         raise RuntimeError(
-            f"Rollout actor {actor_name!r} (namespace {self.da.namespace!r})"
+            f"Rollout actor {actor_name!r} (namespace {namespace!r})"
             " not found: the disaggregated backend runs inside a job started"
             " by tunix_mcjax.da.launcher, which creates the rollout hosts."
         ) from e

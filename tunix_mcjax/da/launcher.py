@@ -33,9 +33,12 @@ Ray session (`ray_local`: locally a head bound to 127.0.0.1), then:
 
 Every host has one bundle of a Ray placement group (`Placement`: SPREAD by
 default, so that hosts go to different nodes where the cluster has them and
-all fit on one node locally). On an existing cluster (`ray_address`) the job
-kills its own actors and removes its placement group when it ends, and
-leaves the cluster running.
+all fit on one node locally). Each launch runs in a Ray namespace of its
+own (`job_namespace`), where its rollout actors and placement group are
+named, so that jobs sharing a cluster do not meet. On an existing cluster
+(`ray_address`) the job kills its own actors and removes its placement
+group (by their handles: nothing of another job's) when it ends, and leaves
+the cluster running.
 
 Ray is the only cluster manager here: no process of ours listens or
 schedules.
@@ -330,11 +333,12 @@ def run_local(task: model_source.TrainerTask, *,
   da = task.da_options()
   placement = placement or Placement()
   total = da.trainer_hosts + da.rollout_hosts
+  namespace = job_namespace(da, session)
   if session is None:
     session = (
-        ray_local.RaySessionConfig(address=ray_address, namespace=da.namespace)
+        ray_local.RaySessionConfig(address=ray_address, namespace=namespace)
         if ray_address else ray_local.RaySessionConfig(
-            num_cpus=placement.local_cpus(total), namespace=da.namespace))
+            num_cpus=placement.local_cpus(total), namespace=namespace))
   t0 = time.perf_counter()
   with ray_local.RaySession(session):
     where = ("Ray up" if session.local
@@ -344,10 +348,14 @@ def run_local(task: model_source.TrainerTask, *,
     _log(f"{where} in {time.perf_counter() - t0:.1f} s; starting"
          f" {da.rollout_hosts} rollout hosts and {da.trainer_hosts} trainer"
          f" hosts x {devices} (max_staleness {da.max_staleness})")
-    group = _place(total, placement, timeout_s=timeout_s)
+    _log(f"Ray namespace {namespace}: rollout actors"
+         f" {options_lib.ROLLOUT_ACTOR_PREFIX}0..{da.rollout_hosts - 1},"
+         f" placement group {options_lib.placement_group_name(namespace)}")
+    group = _place(total, placement, timeout_s=timeout_s,
+                   name=options_lib.placement_group_name(namespace))
     actors = []
     try:
-      summaries = _run_hosts(task, da, group, placement, actors,
+      summaries = _run_hosts(task, da, namespace, group, placement, actors,
                              rollout_source=rollout_source,
                              devices_per_host=devices_per_host,
                              timeout_s=timeout_s, local=session.local)
@@ -358,12 +366,42 @@ def run_local(task: model_source.TrainerTask, *,
   return summaries[0]
 
 
-def _place(hosts: int, placement: Placement, *, timeout_s: float) -> Any:
+def job_namespace(da: options_lib.DaOptions,
+                  session: ray_local.RaySessionConfig | None = None) -> str:
+  """The Ray namespace a launch of the job runs in (and names its actors in).
+
+  `da.namespace` when given, else that of an explicit `session`, else a
+  fresh one (`options.job_namespace()`): two jobs on one Ray cluster never
+  share actor or placement-group names unless asked to.
+
+  Raises:
+    ValueError: `da.namespace` and the session's disagree.
+  """
+  if session is None:
+    return da.namespace or options_lib.job_namespace()
+  if da.namespace is not None and da.namespace != session.namespace:
+    raise ValueError(
+        f"the job's namespace {da.namespace!r} differs from its Ray"
+        f" session's {session.namespace!r}: give one of them.")
+  return options_lib.check_namespace(session.namespace)
+
+
+def _place(hosts: int, placement: Placement, *, timeout_s: float,
+           name: str) -> Any:
   """The job's placement group (one bundle per host), once Ray granted it."""
   import ray  # pylint: disable=g-import-not-at-top
 
+  try:
+    ray.util.get_placement_group(name)  # In the job's namespace.
+  except ValueError:
+    pass  # Not taken.
+  else:
+    raise RuntimeError(
+        f"Ray already has a placement group {name!r} in this namespace:"
+        " another job runs in it. Leave the namespace unset (each job gets"
+        " its own) or give this job another one.")
   group = ray.util.placement_group([dict(placement.bundle)] * hosts,
-                                 strategy=placement.strategy)
+                                 strategy=placement.strategy, name=name)
   wait_s = min(placement.timeout_s, timeout_s)
   ready, _ = ray.wait([group.ready()], timeout=wait_s)
   if not ready:
@@ -379,7 +417,8 @@ def _place(hosts: int, placement: Placement, *, timeout_s: float) -> Any:
 
 
 def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
-               group: Any, placement: Placement, actors: list[Any], *,
+               namespace: str, group: Any, placement: Placement,
+               actors: list[Any], *,
                rollout_source: model_source.ModelSource,
                devices_per_host: int | None, timeout_s: float,
                local: bool) -> list[Any]:
@@ -389,7 +428,7 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
 
   def actor_opts(bundle: int) -> dict[str, Any]:
     return dict(
-        namespace=da.namespace,
+        namespace=namespace,
         scheduling_strategy=(
             scheduling_strategies.PlacementGroupSchedulingStrategy(
                 placement_group=group, placement_group_bundle_index=bundle)),
@@ -398,14 +437,21 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
   rollout_cls = ray.remote(rollout_host.RolloutHost)
   rollouts = []
   for i in range(da.rollout_hosts):
-    rollouts.append(rollout_cls.options(
-        name=f"{options_lib.ROLLOUT_ACTOR_PREFIX}{i}",
-        runtime_env={"env_vars": _host_env(devices_per_host)},
-        # A crashed rollout host is restarted; the trainer host re-issues its
-        # rows (`remote_engine.RolloutLink`).
-        max_restarts=ROLLOUT_RESTARTS,
-        **actor_opts(i),
-    ).remote(rollout_source, i))
+    name = f"{options_lib.ROLLOUT_ACTOR_PREFIX}{i}"
+    try:
+      rollouts.append(rollout_cls.options(
+          name=name,
+          runtime_env={"env_vars": _host_env(devices_per_host)},
+          # A crashed rollout host is restarted; the trainer host re-issues
+          # its rows (`remote_engine.RolloutLink`).
+          max_restarts=ROLLOUT_RESTARTS,
+          **actor_opts(i),
+      ).remote(rollout_source, i))
+    except ray.exceptions.ActorAlreadyExistsError as e:
+      raise RuntimeError(
+          f"Ray namespace {namespace!r} already has an actor {name!r}:"
+          " another job runs in it. Leave the namespace unset (each job gets"
+          " its own) or give this job another one.") from e
     actors.append(rollouts[-1])
   _wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
             what="rollout hosts to build their engines",

@@ -113,7 +113,8 @@ class RaySessionConfig:
       machine's). Local head only.
     object_store_memory: bytes of the local head's object store (None: Ray's
       default, 30% of memory). Local head only.
-    namespace: the Ray namespace the job's named actors live in.
+    namespace: the Ray namespace the job's named actors live in (the DA
+      launcher passes each launch's own, `launcher.job_namespace`).
     start_timeout_s: how long start() waits for Ray to come up or to connect.
     stop_timeout_s: how long close() waits for the local head's processes to
       exit after ray.shutdown() before it kills them.
