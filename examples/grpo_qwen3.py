@@ -66,9 +66,15 @@ def _config() -> grpo_job.GrpoJobConfig:
 
 
 def _user_error(e: Exception) -> NoReturn:
-  """A wrong flag or input: one line naming the fix, exit 2, no traceback."""
+  """A wrong flag or input: one line naming the fix, exit 2, no traceback.
+
+  Found by one host of a running job (e.g. a reward call that timed out),
+  the host exits at once: the others are stopped, not waited for.
+  """
+  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+
   print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
-  sys.exit(2)
+  launch.exit_host(2)
 
 
 def _check_before_start(cfg: grpo_job.GrpoJobConfig, *, num_hosts: int,
@@ -83,11 +89,27 @@ def _check_before_start(cfg: grpo_job.GrpoJobConfig, *, num_hosts: int,
   if cfg.checkpoint_dir is not None:
     from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
 
-    # An unwritable directory, or a checkpoint of another configuration:
-    # refused here rather than inside every host (or Ray actor).
+    # An unwritable directory, a corrupt checkpoint, a stray numbered
+    # directory, a --resume_step that is no complete checkpoint, or a
+    # checkpoint of another configuration: refused here rather than inside
+    # every host (or Ray actor).
     checkpointing.check_writable(cfg.checkpoint_dir)
     checkpointing.check_resume(cfg.checkpoint_dir,
-                               cfg.checkpoint_fingerprint())
+                               cfg.checkpoint_fingerprint(),
+                               step=cfg.resume_step, sets_aside_later=True)
+
+
+def _set_aside_later(cfg: grpo_job.GrpoJobConfig) -> None:
+  """--resume_step N: the steps after N leave Orbax's sight (moved, not
+  deleted), once every check passed and the directory is this job's."""
+  if cfg.resume_step is None:
+    return
+  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
+
+  moved = checkpointing.set_aside_later(cfg.checkpoint_dir, cfg.resume_step)
+  if moved:
+    print(checkpointing.describe_set_aside(cfg.resume_step, moved),
+          flush=True)
 
 
 def _claim_files(cfg: grpo_job.GrpoJobConfig) -> Any:
@@ -143,6 +165,7 @@ def main(argv: Sequence[str]) -> None:
       _check_before_start(cfg, num_hosts=plan.num_hosts,
                           devices_per_host=plan.devices_per_host)
       claim = _claim_files(cfg)
+      _set_aside_later(cfg)
     except ValueError as e:
       _user_error(e)
     try:
@@ -195,6 +218,7 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
     _check_before_start(cfg, num_hosts=cfg.trainer_hosts,
                         devices_per_host=devices.devices_per_host)
     _claim_files(cfg)  # Held until this driver exits.
+    _set_aside_later(cfg)
   except ValueError as e:
     _user_error(e)
   print(f"[grpo_qwen3] mcjax_da hosts: {devices.describe()}", flush=True)

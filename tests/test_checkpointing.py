@@ -26,6 +26,7 @@ every step after the checkpoint and its final parameters.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pathlib
@@ -39,6 +40,7 @@ import numpy as np
 import pytest
 
 import example_runs
+import hand_checkpoints
 import launch_utils
 from tunix_mcjax import admission
 from tunix_mcjax import checkpointing
@@ -333,6 +335,280 @@ def test_config_rejects_bad_checkpoint_settings():
     job_config.GrpoJobConfig(checkpoint_dir="/tmp/x", backend="tunix")
   with pytest.raises(ValueError, match="max_to_keep"):
     job_config.GrpoJobConfig(max_to_keep=0)
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_corrupt_latest_checkpoint_is_named_and_resume_step_goes_back(
+    full, tmp_path):
+  """The reference's checkpoints with step 4's largest array file cut in
+  half: refused in one line naming the file; --resume_step 2 resumes from
+  step 2 exactly as the uninterrupted run went on."""
+  ckpt, out = tmp_path / "ckpt", tmp_path / "resumed"
+  shutil.copytree(full["ref_ckpt"], ckpt)
+  latest = checkpointing.actor_directory(str(ckpt)) / str(STEPS)
+  cut = hand_checkpoints.largest_array_file(latest)
+  size = hand_checkpoints.truncate(cut)
+  cmd = _command(out, ckpt, "--num_hosts=2")
+  refused = _run(cmd, expect_rc=2)
+  err = refused.stderr.strip()
+  assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+  assert f"Checkpoint {latest} is corrupt: {cut} is truncated" in err, err
+  assert ("--resume_step 2 resumes from the previous complete checkpoint, or"
+          f" delete {latest}.") in err, err
+  assert "[launch]" not in refused.stdout  # No host started.
+  proc = _run([*cmd, "--resume_step=2"])
+  aside = ckpt / checkpointing.SET_ASIDE_SUBDIR
+  assert f"set aside the later step(s) {STEPS} in {aside}" in proc.stdout
+  assert "actor/2 (global step 2, data position 12" in _resumed_from(proc)
+  _assert_resumed_equal(full["ref"], out, first_step=3, exact=True)
+  # The resumed run wrote its own step 4; the damaged one is kept aside.
+  assert checkpointing.complete_steps(str(ckpt)) == [2, STEPS]
+  assert (aside / str(STEPS) / cut.relative_to(latest)).stat().st_size == size
+  assert checkpointing.check_resume(str(ckpt), {}).step == STEPS
+
+
+# --- corrupt checkpoints and --resume_step (hand-made, no hosts) --------------
+
+
+@pytest.fixture(scope="module")
+def hand_made(tmp_path_factory) -> pathlib.Path:
+  """Real checkpoints of steps 2 and 4 (Tunix's saver, mcjax's metadata)."""
+  root = tmp_path_factory.mktemp("hand_made") / "ckpt"
+  hand_checkpoints.write(str(root))
+  return root
+
+
+def _copy(hand_made: pathlib.Path, tmp_path: pathlib.Path) -> str:
+  root = tmp_path / "ckpt"
+  shutil.copytree(hand_made, root)
+  return str(root)
+
+
+def _cut_array_file(step: pathlib.Path) -> pathlib.Path:
+  path = hand_checkpoints.largest_array_file(step)
+  hand_checkpoints.truncate(path)
+  return path
+
+
+def _remove_array_file(step: pathlib.Path) -> pathlib.Path:
+  path = hand_checkpoints.largest_array_file(step)
+  path.unlink()
+  return path
+
+
+def _garble(name: str):
+  def garble(step: pathlib.Path) -> pathlib.Path:
+    (step / name).write_text('{"item_handlers": {')
+    return step / name
+  return garble
+
+
+def _cut_manifest(step: pathlib.Path) -> pathlib.Path:
+  path = step / "model_params" / "manifest.ocdbt"
+  hand_checkpoints.truncate(path)
+  return path
+
+
+def _drop_optimizer_state(step: pathlib.Path) -> pathlib.Path:
+  # Tunix would restore the parameters alone and resume with a fresh Adam.
+  shutil.rmtree(step / "optimizer_state")
+  return step / "optimizer_state"
+
+
+# damage -> (what it does to step 4, what the message says of the file).
+_DAMAGE = {
+    "truncated array file": (_cut_array_file, "is truncated"),
+    "missing array file": (_remove_array_file, "is missing"),
+    "unreadable step metadata": (_garble("_CHECKPOINT_METADATA"),
+                                 "is not valid JSON"),
+    "unreadable tree metadata": (_garble("model_params/_METADATA"),
+                                 "is not valid JSON"),
+    "truncated manifest": (_cut_manifest, "cannot be read"),
+    "missing item": (_drop_optimizer_state, "is missing (listed in"),
+}
+
+
+def test_intact_checkpoints_pass_the_checks(hand_made, tmp_path):
+  root = _copy(hand_made, tmp_path)
+  for step in (2, 4):
+    assert checkpointing.verify(hand_checkpoints.step_dir(root, step)) is None
+  saved = checkpointing.check_resume(root, {})
+  assert (saved.step, saved.global_step, saved.data_position) == (4, 4, 24)
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE))
+def test_a_corrupt_latest_checkpoint_is_one_line_naming_the_file(
+    hand_made, tmp_path, damage):
+  root = _copy(hand_made, tmp_path)
+  latest = hand_checkpoints.step_dir(root, 4)
+  harm, says = _DAMAGE[damage]
+  path = harm(latest)
+  with pytest.raises(checkpointing.CheckpointError) as info:
+    checkpointing.check_resume(root, {})
+  message = str(info.value)
+  assert "\n" not in message
+  assert message.startswith(f"Checkpoint {latest} is corrupt: {path} {says}")
+  assert message.endswith(
+      "; --resume_step 2 resumes from the previous complete checkpoint, or"
+      f" delete {latest}.")
+  # What --resume_step 2 then takes; the checks moved and deleted nothing.
+  assert checkpointing.check_resume(
+      root, {}, step=2, sets_aside_later=True).step == 2
+  assert checkpointing.complete_steps(root) == [2, 4]
+
+
+def test_no_intact_earlier_checkpoint_is_said(hand_made, tmp_path):
+  root = _copy(hand_made, tmp_path)
+  for step in (2, 4):
+    _cut_array_file(hand_checkpoints.step_dir(root, step))
+  actor = checkpointing.actor_directory(root)
+  with pytest.raises(checkpointing.CheckpointError,
+                     match="no earlier checkpoint there is intact") as info:
+    checkpointing.check_resume(root, {})
+  assert f"delete {actor} to start afresh" in str(info.value)
+  with pytest.raises(checkpointing.CheckpointError,
+                     match=f"Checkpoint {actor / '2'} is corrupt"):
+    checkpointing.check_resume(root, {}, step=2, sets_aside_later=True)
+
+
+def test_a_stray_numbered_directory_is_no_checkpoint(hand_made, tmp_path):
+  root = _copy(hand_made, tmp_path)
+  actor = checkpointing.actor_directory(root)
+  (actor / "7").mkdir()
+  # Orbax takes it for a step (and Tunix would restore it); mcjax does not.
+  assert checkpointing.orbax_steps(root) == [2, 4, 7]
+  assert checkpointing.complete_steps(root) == [2, 4]
+  assert checkpointing.latest(root).step == 4
+  with pytest.raises(checkpointing.CheckpointError) as info:
+    checkpointing.check_resume(root, {})
+  message = str(info.value)
+  assert message.startswith(f"{actor / '7'} is not a checkpoint (it has no"
+                            " _CHECKPOINT_METADATA)"), message
+  assert "--resume_step 4 to resume from the latest complete" in message
+  assert checkpointing.check_resume(
+      root, {}, step=4, sets_aside_later=True).step == 4
+  assert checkpointing.set_aside_later(root, 4) == [
+      pathlib.Path(root) / checkpointing.SET_ASIDE_SUBDIR / "7"]
+  assert checkpointing.orbax_steps(root) == [2, 4]
+  assert checkpointing.check_resume(root, {}).step == 4
+  # One below the latest: Orbax counts it among those it keeps (deletes).
+  (actor / "1").mkdir()
+  (actor / "1" / "notes.txt").write_text("not a checkpoint")
+  with pytest.raises(checkpointing.CheckpointError,
+                     match=r"actor/1 is not a checkpoint .* move it out"):
+    checkpointing.check_resume(root, {})
+
+
+def test_resume_step_takes_a_complete_checkpoint_and_sets_later_aside(
+    hand_made, tmp_path):
+  root = _copy(hand_made, tmp_path)
+  actor = checkpointing.actor_directory(root)
+  _cut_array_file(actor / "4")
+  with pytest.raises(checkpointing.CheckpointError) as info:
+    checkpointing.check_resume(root, {}, step=3, sets_aside_later=True)
+  assert str(info.value) == (
+      f"--resume_step 3: {actor} holds no complete checkpoint of step 3; its"
+      " complete checkpoints are steps 2, 4.")
+  # A host, which no launching process prepared, refuses the later step.
+  with pytest.raises(checkpointing.CheckpointError,
+                     match=r"still holds later steps \(4\)"):
+    checkpointing.check_resume(root, {}, step=2)
+  saved = checkpointing.check_resume(root, {}, step=2, sets_aside_later=True)
+  assert (saved.step, saved.global_step, saved.data_position) == (2, 2, 12)
+  assert checkpointing.complete_steps(root) == [2, 4]  # Checks move nothing.
+  aside = pathlib.Path(root) / checkpointing.SET_ASIDE_SUBDIR
+  moved = checkpointing.set_aside_later(root, 2)
+  assert moved == [aside / "4"]
+  assert "set aside the later step(s) 4 in" in (
+      checkpointing.describe_set_aside(2, moved))
+  assert checkpointing.complete_steps(root) == [2]
+  assert checkpointing.check_resume(root, {}, step=2).step == 2  # The hosts'.
+  # Tunix's manager now restores step 2.
+  tiny, optimizer = hand_checkpoints.model(0.0)
+  assert hand_checkpoints.manager(root).maybe_restore(tiny, optimizer)[0] == 2
+  # A step set aside again keeps the one set aside before.
+  shutil.copytree(actor / "2", actor / "4")
+  assert checkpointing.set_aside_later(root, 2) == [aside / "4.1"]
+  assert sorted(p.name for p in aside.iterdir()) == ["4", "4.1"]
+
+
+# Orbax leaves the failed read's other coroutines unawaited.
+@pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_restore_that_fails_is_one_line_naming_the_file(hand_made, tmp_path):
+  root = _copy(hand_made, tmp_path)
+  latest = hand_checkpoints.step_dir(root, 4)
+  ckpts = checkpointing.ClusterCheckpoints(
+      root=root, ledger=admission.StepLedger(), num_hosts=1, host_index=0)
+  tiny, optimizer = hand_checkpoints.model(0.0)
+  tc = types.SimpleNamespace(mini_batch_size=None,
+                             train_micro_batch_size=None)
+  assert ckpts.check(tiny, tc).step == 4
+  # Damaged after the check: the restore inside Tunix fails.
+  path = _cut_array_file(latest)
+  with pytest.raises(checkpointing.CheckpointError) as info:
+    with ckpts.restoring():
+      hand_checkpoints.manager(root).maybe_restore(tiny, optimizer)
+  message = str(info.value)
+  assert "\n" not in message
+  assert message.startswith(
+      f"Restoring checkpoint {latest} failed: {path} is truncated"), message
+  assert "--resume_step 2 resumes from the previous complete" in message
+  # Damage no check sees without reading the arrays (the same size, other
+  # bytes): the restore's own error, naming the store.
+  root = _copy(hand_made, tmp_path / "zeroed")
+  latest = hand_checkpoints.step_dir(root, 4)
+  path = hand_checkpoints.largest_array_file(latest)
+  path.write_bytes(bytes(path.stat().st_size))
+  assert checkpointing.verify(latest) is None
+  ckpts = checkpointing.ClusterCheckpoints(
+      root=root, ledger=admission.StepLedger(), num_hosts=1, host_index=0)
+  assert ckpts.check(tiny, tc).step == 4
+  with pytest.raises(checkpointing.CheckpointError) as info:
+    with ckpts.restoring():
+      hand_checkpoints.manager(root).maybe_restore(tiny, optimizer)
+  message = str(info.value)
+  assert message.startswith(f"Restoring checkpoint {latest} failed:")
+  assert f'local file "{latest}/model_params/"' in message, message
+  # Other errors pass through unchanged.
+  with pytest.raises(KeyError):
+    with ckpts.restoring():
+      raise KeyError("not a restore")
+  # The failed reads' coroutines go now, under this test's filter.
+  del info
+  gc.collect()
+
+
+def test_example_refuses_a_corrupt_checkpoint_before_hosts_start(
+    hand_made, tmp_path):
+  root = _copy(hand_made, tmp_path)
+  path = _cut_array_file(hand_checkpoints.step_dir(root, 4))
+  base = [sys.executable, str(example_runs.EXAMPLE), "--num_hosts=2",
+          "--devices_per_host=1", "--batch_size=2", "--num_generations=2",
+          f"--checkpoint_dir={root}"]
+  for args, says in (((), f"{path} is truncated"),
+                     (("--resume_step=3",),
+                      "its complete checkpoints are steps 2, 4.")):
+    proc = subprocess.run(
+        [*base, *args], env=launch_utils.launcher_env(), capture_output=True,
+        text=True, timeout=120)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, err[-3000:]
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err[-3000:]
+    assert says in err, err
+    assert "[launch]" not in proc.stdout  # No host started.
+  assert checkpointing.complete_steps(root) == [2, 4]
+
+
+def test_config_rejects_a_resume_step_without_a_directory():
+  from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(ValueError, match="--resume_step=2 needs"
+                     " --checkpoint_dir"):
+    job_config.GrpoJobConfig(resume_step=2)
+  with pytest.raises(ValueError, match="a step >= 0"):
+    job_config.GrpoJobConfig(checkpoint_dir="/tmp/x", resume_step=-1)
 
 
 # --- admission on resume (no hosts) ---------------------------------------------

@@ -583,3 +583,11 @@ def test_hosts_forked_from_the_launching_process(tmp_path, mode, status):
     assert sorted(l for l in lines if l.startswith("atexit")) == [
         "atexit 0", "atexit 1"]
 
+
+
+def test_exit_host_is_sys_exit_outside_a_multi_process_job():
+  # In a job (jax.distributed initialized) it is os._exit, which skips
+  # JAX's shutdown barrier: tests/test_rewards_pool.py runs such a job.
+  with pytest.raises(SystemExit) as e:
+    launch.exit_host(2)
+  assert e.value.code == 2

@@ -32,6 +32,15 @@ checkpoint's custom metadata under `MCJAX_KEY`:
   learner settings). A resume with another fingerprint is refused before
   anything is restored, naming each value that differs.
 
+Before anything is restored, the checkpoint a run would resume from is
+checked as far as it can be without reading arrays (`verify`: metadata,
+OCDBT manifests and B-tree nodes, data file sizes), and a numbered directory
+that is no checkpoint (which Orbax would take for one) is refused; a
+restore that fails anyway names the checkpoint and the file
+(`ClusterCheckpoints.restoring`). `--resume_step N` resumes from an earlier
+complete checkpoint: the launching process sets the later steps aside
+(`set_aside_later`) once every check has passed.
+
 No JAX at import (JAX, Flax and Tunix are imported where a cluster uses
 them, in `ClusterCheckpoints`): the example checks a directory before any
 host starts.
@@ -39,29 +48,20 @@ host starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import os
-import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tunix_mcjax import admission
-
-# Tunix's RLCluster saves the actor trainer under <root>/actor.
-ACTOR_SUBDIR = "actor"
-# The key of mcjax's entry in a checkpoint's custom metadata.
-MCJAX_KEY = "mcjax"
-# Tunix's key: global steps completed when the checkpoint was written.
-GLOBAL_STEP_KEY = "global_step"
-# Orbax's per-step metadata file (its custom metadata is read from here so
-# that reading needs neither JAX nor a checkpoint manager).
-_STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
-
-
-class CheckpointError(ValueError):
-  """A checkpoint directory or checkpoint that cannot be used; the message
-  says what to change."""
+from tunix_mcjax import checkpoint_files
+# Re-exported: callers and tests know these as checkpointing's names.
+from tunix_mcjax.checkpoint_files import (  # pylint: disable=unused-import
+    ACTOR_SUBDIR, GLOBAL_STEP_KEY, MCJAX_KEY, SET_ASIDE_SUBDIR,
+    CheckpointError, SavedCheckpoint, actor_directory, check_writable,
+    complete_steps, describe_set_aside, latest, orbax_steps, restore_error,
+    saved_checkpoint, set_aside_later, verify)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,94 +114,6 @@ class CheckpointConfig:
     )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SavedCheckpoint:
-  """A complete checkpoint found in a root directory.
-
-  Attributes:
-    path: the step's directory.
-    step: Orbax step (optimizer updates).
-    global_step: global steps completed (None if Tunix wrote none).
-    data_position: global prompts trained on (None: not written by mcjax).
-    fingerprint: the configuration values saved with it ({} if none).
-    num_hosts: the host count that wrote it (informational).
-  """
-
-  path: str
-  step: int
-  global_step: int | None
-  data_position: int | None
-  fingerprint: Mapping[str, Any]
-  num_hosts: int | None
-
-  def describe(self) -> str:
-    return (
-        f"{self.path} (global step {self.global_step}, data position"
-        f" {self.data_position}, written by {self.num_hosts} host(s))"
-    )
-
-
-def actor_directory(root: str) -> pathlib.Path:
-  return pathlib.Path(root) / ACTOR_SUBDIR
-
-
-def complete_steps(root: str) -> list[int]:
-  """Steps of the complete checkpoints under `root`, ascending.
-
-  Orbax only renames a step's temporary directory into place once every host
-  has written it; a save interrupted by a kill leaves a
-  `<step>.orbax-checkpoint-tmp-*` directory, which is not a checkpoint.
-  """
-  from orbax.checkpoint import path as ocp_path  # pylint: disable=g-import-not-at-top
-
-  actor = actor_directory(root)
-  if not actor.is_dir():
-    return []
-  return sorted(ocp_path.step.checkpoint_steps(actor))
-
-
-def latest(root: str) -> SavedCheckpoint | None:
-  """The latest complete checkpoint under `root`, or None."""
-  steps = complete_steps(root)
-  if not steps:
-    return None
-  step_dir = actor_directory(root) / str(steps[-1])
-  meta_file = step_dir / _STEP_METADATA_FILE
-  custom: Mapping[str, Any] = {}
-  if meta_file.is_file():
-    custom = json.loads(meta_file.read_text()).get("custom_metadata") or {}
-  ours = custom.get(MCJAX_KEY) or {}
-  return SavedCheckpoint(
-      path=str(step_dir),
-      step=steps[-1],
-      global_step=custom.get(GLOBAL_STEP_KEY),
-      data_position=ours.get("data_position"),
-      fingerprint=ours.get("fingerprint") or {},
-      num_hosts=ours.get("num_hosts"),
-  )
-
-
-def check_writable(root: str, *, probe_name: str | None = None) -> None:
-  """Raises CheckpointError unless `root` can be created and written.
-
-  Checked before training starts, so an unwritable directory is reported
-  before hours of training rather than at the first save.
-  """
-  try:
-    actor = actor_directory(root)
-    actor.mkdir(parents=True, exist_ok=True)
-    # Per process: hosts sharing the directory probe at the same time.
-    probe = actor / (probe_name or f".mcjax_write_probe_{os.getpid()}")
-    probe.write_bytes(b"ok")
-    probe.unlink()
-  except OSError as e:
-    raise CheckpointError(
-        f"Checkpoint directory {root!r} is not writable ({e.strerror or e});"
-        " pass a --checkpoint_dir (checkpoint_root_directory) that this job"
-        " can create and write on every host."
-    ) from e
-
-
 def _short(value: Any, limit: int = 120) -> str:
   text = json.dumps(value, sort_keys=True)
   return text if len(text) <= limit else text[:limit] + "..."
@@ -234,17 +146,71 @@ def _normalise(value: Any) -> Any:
   return json.loads(json.dumps(value, sort_keys=True))
 
 
-def check_resume(root: str, fingerprint: Mapping[str, Any]
+def check_resume(root: str, fingerprint: Mapping[str, Any], *,
+                 step: int | None = None, sets_aside_later: bool = False
                  ) -> SavedCheckpoint | None:
-  """The checkpoint a run would resume from, checked against `fingerprint`.
+  """The checkpoint a run would resume from, checked: intact (`verify`),
+  written by mcjax, with `fingerprint`.
+
+  Args:
+    root: the checkpoint root directory.
+    fingerprint: the job's values a resume must not change.
+    step: --resume_step: resume from this complete checkpoint, not the
+      latest.
+    sets_aside_later: the caller (the launching process) sets the steps
+      after `step` aside once every check passed (`set_aside_later`);
+      False: they must be gone already (a host: Tunix restores the latest).
 
   Raises:
-    CheckpointError: the latest checkpoint was not written by mcjax, or was
-      written with other configuration values (each is named).
+    CheckpointError: a numbered directory that is no checkpoint; `step` not
+      a complete checkpoint; a corrupt checkpoint (the file is named); one
+      not written by mcjax, or with other configuration values (each is
+      named).
   """
-  saved = latest(root)
-  if saved is None:
+  actor = actor_directory(root)
+  seen = orbax_steps(root)
+  complete = complete_steps(root)
+  if step is not None and step not in complete:
+    have = (f"its complete checkpoints are steps"
+            f" {', '.join(map(str, complete))}" if complete else
+            "it holds none (drop --resume_step to start afresh)")
+    raise CheckpointError(
+        f"--resume_step {step}: {actor} holds no complete checkpoint of step"
+        f" {step}; {have}.")
+  target = step if step is not None else (complete[-1] if complete else None)
+  for s in seen:
+    if s in complete or (step is not None and s > step):
+      continue  # A later stray goes aside with the later checkpoints.
+    stray = (f"{actor / str(s)} is not a checkpoint (it has no"
+             f" {checkpoint_files.STEP_METADATA_FILE}), but Orbax takes"
+             f" every numbered directory in {actor} for one")
+    if target is not None and s < target:
+      raise CheckpointError(
+          f"{stray} (and may delete it as an old one); move it out of"
+          f" {actor}.")
+    resume = (f", or pass --resume_step {target} to resume from the latest"
+              f" complete checkpoint (setting {s} aside)"
+              if target is not None else "")
+    raise CheckpointError(
+        f"{stray} and would restore it as the latest; move it out of"
+        f" {actor}{resume}.")
+  if target is None:
     return None
+  later = [s for s in seen if s > target]
+  if later and not sets_aside_later:
+    raise CheckpointError(
+        f"--resume_step {step}: {actor} still holds later steps"
+        f" ({', '.join(map(str, later))}), which Tunix would restore instead;"
+        " the launching process sets them aside before any host starts; on"
+        " a cluster started without it, move them out of"
+        f" {actor} first.")
+  problem = verify(actor / str(target))
+  if problem is not None:
+    raise CheckpointError(
+        f"Checkpoint {actor / str(target)} is corrupt: {problem}; "
+        + checkpoint_files.fallback_advice(
+            root, target, explicit=step is not None) + ".")
+  saved = saved_checkpoint(root, target)
   if saved.data_position is None or saved.global_step is None:
     raise CheckpointError(
         f"Checkpoint {saved.path} has no mcjax resume state (data position,"
@@ -290,6 +256,17 @@ def param_shapes(state: Any) -> dict[str, list[Any]]:
     if hasattr(leaf, "shape"):
       out[jax.tree_util.keystr(path)] = [list(leaf.shape), str(leaf.dtype)]
   return out
+
+
+def _raised_in(error: BaseException, function: str) -> bool:
+  """Whether `error` passed through a frame of a function named so (Tunix's
+  `CheckpointManager.maybe_restore`)."""
+  tb = error.__traceback__
+  while tb is not None:
+    if tb.tb_frame.f_code.co_name == function:
+      return True
+    tb = tb.tb_next
+  return False
 
 
 def describe_resume(saved: SavedCheckpoint) -> str:
@@ -348,8 +325,10 @@ class ClusterCheckpoints:
   uses it in this order:
 
   1. `check(actor, training_config)` before Tunix restores the latest
-     checkpoint (inside `RLCluster.__init__`): a checkpoint of another
-     configuration is refused before anything is restored.
+     checkpoint (inside `RLCluster.__init__`, run within `restoring()`: a
+     restore that fails is one `CheckpointError` naming the file): a
+     corrupt checkpoint, or one of another configuration, is refused
+     before anything is restored.
   2. `attach(trainer, global_steps)` once the trainer exists: its saves
      carry the resume state, and a failed save names the directory.
   3. `resume(trainer, republish)` if Tunix restored a checkpoint: returns
@@ -366,7 +345,8 @@ class ClusterCheckpoints:
   def __init__(self, *, root: str | None, ledger: admission.StepLedger,
                num_hosts: int,
                host_index: int,
-               job_fingerprint: Mapping[str, Any] | None = None):
+               job_fingerprint: Mapping[str, Any] | None = None,
+               resume_step: int | None = None):
     """Initializes the state.
 
     Args:
@@ -377,12 +357,15 @@ class ClusterCheckpoints:
       host_index: this host (host 0 prints the resume line).
       job_fingerprint: the job's values a resume must not change
         (`McJaxOptions.checkpoint_fingerprint`), beside the cluster's own.
+      resume_step: --resume_step: the checkpoint step the job resumes from
+        (the launching process has set later ones aside); None: the latest.
     """
     self.root = root
     self._ledger = ledger
     self._num_hosts = num_hosts
     self._host_index = host_index
     self._job_fingerprint = dict(job_fingerprint or {})
+    self._resume_step = resume_step
     self._fingerprint: dict[str, Any] = {}
     self._resume_from: SavedCheckpoint | None = None
     # Global prompts trained on (checkpoints' data position).
@@ -409,8 +392,24 @@ class ClusterCheckpoints:
         **self._job_fingerprint,
     }
     check_writable(self.root)
-    self._resume_from = check_resume(self.root, self._fingerprint)
+    self._resume_from = check_resume(self.root, self._fingerprint,
+                                     step=self._resume_step)
     return self._resume_from
+
+  @contextlib.contextmanager
+  def restoring(self) -> Iterator[None]:
+    """Around Tunix's restore (`RLCluster.__init__`): a restore of the
+    checked checkpoint that fails (damage `verify` cannot see, or the files
+    changed since) is one `CheckpointError` naming the checkpoint and file.
+    """
+    try:
+      yield
+    except CheckpointError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      if self._resume_from is None or not _raised_in(e, "maybe_restore"):
+        raise
+      raise restore_error(self._resume_from.path, e) from e
 
   def attach(self, trainer: Any, global_steps: Callable[[], int]) -> None:
     """Makes the trainer's saves carry the resume state.

@@ -185,9 +185,11 @@ class McJaxRLCluster(compat.RLCluster):
         ledger=self.ledger, num_hosts=self.num_hosts,
         host_index=self.host_index,
         job_fingerprint=self.options.checkpoint_fingerprint,
+        resume_step=self.options.resume_step,
     )
     self.checkpoints.check(actor, cluster_config.training_config)
-    with compat.key_safe_memory_moves():
+    # A restore that fails is one line naming the checkpoint and the file.
+    with compat.key_safe_memory_moves(), self.checkpoints.restoring():
       super().__init__(
           actor=actor,
           critic=critic,

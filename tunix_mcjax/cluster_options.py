@@ -62,6 +62,9 @@ class McJaxOptions:
       not change (e.g. learner, batch size), saved with every checkpoint
       beside the cluster's own (parameter shapes, batch knobs) and checked
       before a checkpoint is restored (`checkpointing`).
+    resume_step: resume from the checkpoint of this step rather than the
+      latest (--resume_step; the launching process has set the later steps
+      aside: `checkpointing.set_aside_later`); None: the latest.
     packing_timeout_s: with sequence packing, how long a host waits for the
       others' packed-row counts (K) before it stops with an error.
     transfer_guard: JAX's transfer guard over the backend's calls of every
@@ -79,6 +82,7 @@ class McJaxOptions:
   trace_dir: str | None = None
   engine_model: engine_base.EngineModelSpec | None = None
   checkpoint_fingerprint: Mapping[str, Any] | None = None
+  resume_step: int | None = None
   packing_timeout_s: float = packing.DEFAULT_AGREEMENT_TIMEOUT_S
   transfer_guard: str = "allow"
 

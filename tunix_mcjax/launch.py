@@ -47,6 +47,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from typing import NoReturn
 
 from tunix_mcjax import host_fork
 from tunix_mcjax import host_processes
@@ -178,6 +179,24 @@ def check_timeout(timeout_s: float) -> None:
   """Raises LaunchError unless `timeout_s` (--timeout) is above 0."""
   if not timeout_s > 0:
     raise LaunchError(f"--timeout must be > 0 seconds, got {timeout_s!r}.")
+
+
+def exit_host(status: int) -> NoReturn:
+  """Ends this process with `status` after an error; in a multi-process JAX
+  job at once (flushed, no exit handlers).
+
+  JAX's exit handler waits at a shutdown barrier (5 minutes) for every
+  host, and the others may be blocked in a collective waiting for this one
+  (e.g. a reward call that timed out here): the barrier fails and aborts
+  every host. Exiting at once lets the launcher (on a cluster, JAX's
+  heartbeat) stop the others, with this host's error the first one seen.
+  """
+  jax = sys.modules.get("jax")  # Never imported here.
+  if jax is not None and jax.distributed.is_initialized():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # pylint: disable=protected-access
+  sys.exit(status)
 
 
 def _check_sizes(*, num_hosts: int, devices_per_host: int, timeout_s: float,

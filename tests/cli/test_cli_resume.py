@@ -38,6 +38,7 @@ import sys
 import numpy as np
 import pytest
 
+import hand_checkpoints
 import launch_utils
 from tunix_mcjax import checkpointing
 from cli.test_grpo_main import inputs  # pylint: disable=unused-import
@@ -91,6 +92,42 @@ def test_interval_on_global_steps_passes(cli, pipeline, interval, mini_batch,
 def test_interval_without_checkpoints_is_not_checked(cli, pipeline):
   overrides = [o for o in _overrides(3, 4) if o != _CKPT]
   assert cli.check_mcjax_config(pipeline(*overrides), num_hosts=2) == 2
+
+
+def test_corrupt_checkpoint_and_resume_step_are_checked_before_hosts_start(
+    cli, pipeline, tmp_path):
+  """The launching process's checks of a hand-made checkpoint directory
+  (steps 2 and 4, step 4's largest array file cut in half)."""
+  root = tmp_path / "ckpt"
+  hand_checkpoints.write(str(root))
+  latest = hand_checkpoints.step_dir(str(root), 4)
+  cut = hand_checkpoints.largest_array_file(latest)
+  hand_checkpoints.truncate(cut)
+  overrides = (f"rl_training_config.checkpoint_root_directory={root}",
+               *_overrides(2, 4)[1:])
+  with pytest.raises(cli.ConfigError) as e:
+    cli.check_mcjax_config(pipeline(*overrides), num_hosts=2,
+                           sets_aside_later=True)
+  assert f"Checkpoint {latest} is corrupt: {cut} is truncated" in str(e.value)
+  assert "--resume_step 2 resumes from the previous complete" in str(e.value)
+  with pytest.raises(cli.ConfigError,
+                     match="its complete checkpoints are steps 2, 4"):
+    cli.check_mcjax_config(pipeline(*overrides, resume_step=3), num_hosts=2,
+                           sets_aside_later=True)
+  # The launching process sets step 4 aside; a host finds it gone.
+  assert cli.check_mcjax_config(pipeline(*overrides, resume_step=2),
+                                num_hosts=2, sets_aside_later=True) == 2
+  with pytest.raises(cli.ConfigError, match=r"still holds later steps \(4\)"):
+    cli.check_mcjax_config(pipeline(*overrides, resume_step=2), num_hosts=2)
+  assert checkpointing.complete_steps(str(root)) == [2, 4]  # Nothing moved.
+  # The mcjax cluster resumes from the step the flag names.
+  assert pipeline(*overrides, resume_step=2).mcjax_options().resume_step == 2
+  without = [o for o in overrides if "checkpoint_root_directory" not in o]
+  with pytest.raises(cli.ConfigError, match="--resume_step=2 needs"
+                     " rl_training_config.checkpoint_root_directory"):
+    cli.check_mcjax_config(pipeline(*without, resume_step=2), num_hosts=2)
+  with pytest.raises(cli.ConfigError, match="--resume_step=2 applies to"):
+    cli.CliOptions(backend="tunix", resume_step=2)
 
 
 # --- a resumed CLI run equals the uninterrupted one ----------------------------

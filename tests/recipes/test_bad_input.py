@@ -84,6 +84,9 @@ def _cases(tmp_path):
       "metrics_dir": ([f"--metrics_out={tmp_path / 'a_dir'}"],
                       "is a directory; give the path of a file"),
       "num_hosts": (["--num_hosts=0"], "--num_hosts must be an integer >= 1"),
+      "reward_timeout": (["--reward_timeout_s=0"],
+                         "--reward_timeout_s must be > 0 seconds (the most"
+                         " one reward call may take), got 0."),
       "empty_config": (
           [f"--model={_model_dir(tmp_path, '{}')}"],
           "config.json' lacks hidden_size, intermediate_size"),
@@ -95,7 +98,7 @@ def _cases(tmp_path):
 
 
 CASES = ("timeout", "da_timeout", "metrics_dir", "num_hosts", "empty_config",
-         "null_question", "not_utf8")
+         "null_question", "not_utf8", "reward_timeout")
 
 
 @_slow
@@ -167,6 +170,21 @@ def test_check_job_names_a_bad_model_directory_and_metrics_path(tmp_path):
   assert "cannot read" in problems(model=str(broken))
   listed = _model_dir(tmp_path, "[]")
   assert "is not a JSON object" in problems(model=str(listed))
+
+
+def test_a_reward_timeout_not_above_0_is_refused_by_both_entry_points():
+  from tunix_mcjax.cli import options  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
+
+  want = (r"^--reward_timeout_s must be > 0 seconds \(the most one reward"
+          r" call may take\), got {}\.$")
+  for value in (0, -1.5):
+    with pytest.raises(ValueError, match=want.format(f"{value:g}")):
+      job_config.GrpoJobConfig(reward_timeout_s=value)
+    with pytest.raises(options.ConfigError, match=want.format(f"{value:g}")):
+      options.CliOptions(reward_timeout_s=value)
+  assert job_config.GrpoJobConfig(reward_timeout_s=0.25).reward_timeout_s == (
+      0.25)
 
 
 def test_relaunch_refuses_before_deleting_the_metrics_file(tmp_path):

@@ -67,6 +67,7 @@ TIMEOUT = shared_flags.define(shared_flags.TIMEOUT)
 METRICS_OUT = _job_flag("metrics_out")
 TRANSFER_GUARD = _job_flag("transfer_guard")
 REWARD_WORKERS = _job_flag("reward_workers")
+REWARD_TIMEOUT_S = _job_flag("reward_timeout_s")
 PLACEMENT_INVARIANT = flags.DEFINE_bool(
     "placement_invariant_sampling",
     False,
@@ -96,6 +97,9 @@ ROLLOUT_HOSTS = _job_flag(
     " --devices_per_host (needed when the rollout has no mesh of its own).")
 MAX_STALENESS = _job_flag("max_staleness")
 IS_CAP = _job_flag("is_cap")
+RESUME_STEP = _job_flag(
+    "resume_step", "Here the checkpoint directory is"
+    " rl_training_config.checkpoint_root_directory.")
 RAY_ADDRESS = shared_flags.define(shared_flags.RAY_ADDRESS)
 RAY_PLACEMENT_STRATEGY = shared_flags.define(
     shared_flags.RAY_PLACEMENT_STRATEGY)
@@ -144,10 +148,12 @@ def options_from_flags() -> CliOptions:
       run_eval=RUN_EVAL.value,
       mesh=MESH.value,
       reward_workers=REWARD_WORKERS.value,
+      reward_timeout_s=REWARD_TIMEOUT_S.value,
       trainer_hosts=TRAINER_HOSTS.value,
       rollout_hosts=ROLLOUT_HOSTS.value,
       max_staleness=MAX_STALENESS.value,
       is_cap=IS_CAP.value,
+      resume_step=RESUME_STEP.value,
       params_out=PARAMS_OUT.value,
       transfer_guard=TRANSFER_GUARD.value,
   )

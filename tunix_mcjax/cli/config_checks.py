@@ -43,6 +43,7 @@ def check_mcjax_config(
     *,
     num_hosts: int,
     devices_per_host: int | None = None,
+    sets_aside_later: bool = False,
 ) -> int:
   """Checks that mcjax can run `pipeline`'s config on this many hosts.
 
@@ -54,6 +55,9 @@ def check_mcjax_config(
     pipeline: The parsed Tunix config.
     num_hosts: Number of hosts (processes).
     devices_per_host: Devices per host; None derives it from the actor mesh.
+    sets_aside_later: the caller (the launching process) sets the steps
+      after --resume_step aside once every check passed
+      (`checkpointing.set_aside_later`); False: they must be gone already.
 
   Returns:
     The devices per host.
@@ -115,14 +119,24 @@ def check_mcjax_config(
   problems = [*unreadable, *check.problems,
               *data.missing_local_inputs(pipeline.config)]
   root = pipeline.checkpoint_root()
+  resume_step = pipeline.options.resume_step
+  if root is None and resume_step is not None:
+    problems.append(
+        f"--resume_step={resume_step} needs"
+        " rl_training_config.checkpoint_root_directory (the directory"
+        " holding that checkpoint).")
   if root is not None and not problems:
     from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
 
-    # An unwritable root, or a checkpoint of another configuration: here,
-    # rather than inside every host (the hosts check the model's shapes).
+    # An unwritable root, a corrupt checkpoint, a stray numbered directory,
+    # a --resume_step that is no complete checkpoint, or a checkpoint of
+    # another configuration: here, rather than inside every host (the hosts
+    # check the model's shapes).
     try:
       checkpointing.check_writable(root)
-      checkpointing.check_resume(root, pipeline.checkpoint_fingerprint())
+      checkpointing.check_resume(root, pipeline.checkpoint_fingerprint(),
+                                 step=resume_step,
+                                 sets_aside_later=sets_aside_later)
     except checkpointing.CheckpointError as e:
       problems.append(str(e))
   if problems:

@@ -306,9 +306,10 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
     # The trainer hosts' own rules: those of --backend=mcjax on T hosts
     # (batch sizes, the trainer mesh, LoRA, engines, inputs).
     try:
+      # The driver sets the steps after --resume_step aside (grpo_main).
       config_checks.check_mcjax_config(
           pipeline, num_hosts=trainer_hosts,
-          devices_per_host=counts.devices_per_host)
+          devices_per_host=counts.devices_per_host, sets_aside_later=True)
     except ConfigError as e:
       problems.extend(str(e).split(_PROBLEM_BULLET)[1:] or [str(e)])
   if problems:

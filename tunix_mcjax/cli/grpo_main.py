@@ -99,8 +99,12 @@ run_pipeline = pipeline.run_pipeline
 
 
 def _fail(message: str) -> NoReturn:
+  """One line, exit 2; a host of a running job exits at once (the others
+  are stopped, not waited for: `launch.exit_host`)."""
+  from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
+
   print(f"grpo_main: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(2)
+  launch.exit_host(2)
 
 
 def _claim_files(options: CliOptions, pipeline: Any = None) -> Any:
@@ -122,6 +126,23 @@ def _claim_files(options: CliOptions, pipeline: Any = None) -> Any:
     _fail(str(e))
   except OSError as e:
     _fail(f"cannot open {e.filename!r} ({e.strerror or e}).")
+
+
+def _set_aside_later(options: CliOptions, pipeline: Any) -> None:
+  """--resume_step N: the steps after N leave Orbax's sight (moved, not
+  deleted), once every check passed and the root is this job's."""
+  root = pipeline.checkpoint_root()
+  if options.resume_step is None or root is None:
+    return
+  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
+
+  try:
+    moved = checkpointing.set_aside_later(root, options.resume_step)
+  except checkpointing.CheckpointError as e:
+    _fail(str(e))
+  if moved:
+    print(checkpointing.describe_set_aside(options.resume_step, moved),
+          flush=True)
 
 
 def _main_tunix(argv: list[str], options: CliOptions) -> None:
@@ -153,18 +174,21 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
       plan = platforms.plan_local_hosts(
           machine, num_hosts=cli_flags.NUM_HOSTS.value, devices_per_host=None)
       check_mcjax_config(pipeline, num_hosts=plan.num_hosts,
-                         devices_per_host=plan.devices_per_host)
+                         devices_per_host=plan.devices_per_host,
+                         sets_aside_later=True)
     else:
       num_hosts = cli_flags.NUM_HOSTS.value
       if num_hosts is None:
         num_hosts = cli_flags.LOCAL_SIM_NUM_HOSTS
       devices_per_host = check_mcjax_config(
           pipeline, num_hosts=num_hosts,
-          devices_per_host=cli_flags.DEVICES_PER_HOST.value)
+          devices_per_host=cli_flags.DEVICES_PER_HOST.value,
+          sets_aside_later=True)
       plan = platforms.simulated(num_hosts, devices_per_host, reason=reason)
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
   _claim_files(options, pipeline)
+  _set_aside_later(options, pipeline)
   try:
     return launch.relaunch_as_local_hosts(
         sys.argv[1:],
@@ -216,6 +240,7 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
   print(f"[grpo_main] mcjax_da: {plan.describe()}; hosts on"
         f" {devices.describe()}", flush=True)
   _claim_files(options, pipeline)
+  _set_aside_later(options, pipeline)
   try:
     launcher.run_local(
         disaggregated.CliTask(argv=tuple(argv), options=plan.options),
@@ -249,12 +274,14 @@ def _main_host(argv: list[str], options: CliOptions) -> None:
 
 def _run_pipeline_or_fail(argv: list[str], options: CliOptions) -> None:
   """`run_pipeline`; a bad input found while running (a reward function
-  that raises or returns NaN) is one line and exit 2, not a traceback."""
+  that raises or returns NaN, a checkpoint that fails to restore) is one
+  line and exit 2, not a traceback."""
+  from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
 
   try:
     run_pipeline(argv, options)
-  except validation.InputError as e:
+  except (validation.InputError, checkpointing.CheckpointError) as e:
     _fail(str(e))
 
 

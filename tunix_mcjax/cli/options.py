@@ -21,6 +21,7 @@ from typing import Any
 
 import tunix_mcjax
 from tunix_mcjax import host_optimizations
+from tunix_mcjax import rewards_pool
 from tunix_mcjax import support
 
 # The stock backend, the default; the others as the registry lists them.
@@ -63,10 +64,17 @@ class CliOptions:
     reward_workers: either backend: score the reward functions in a per-host
       pool of this many processes (`tunix_mcjax.rewards_pool`); 0:
       in-process (stock).
+    reward_timeout_s: either backend: the most one reward call may take
+      (`tunix_mcjax.rewards_pool`: a hung pool worker is killed; in-process
+      the call runs on a watchdog thread); then the job fails naming the
+      function, rows and host.
     trainer_hosts, rollout_hosts: mcjax_da only: trainer and rollout
       processes; None: from the actor and rollout meshes
       (`cli.disaggregated.plan`).
     max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s.
+    resume_step: mcjax and mcjax_da only: resume from the complete
+      checkpoint of this step under `checkpoint_root_directory` instead of
+      the latest (`checkpointing.check_resume`); None: the latest.
     params_out: after training, host 0 writes the actor's final parameters
       to this .npz file (any backend; for comparing backends).
     transfer_guard: mcjax and mcjax_da (its trainer hosts) only: JAX's
@@ -86,10 +94,12 @@ class CliOptions:
   publish_in_one_call: bool | None = None
   mesh: str | None = None
   reward_workers: int = 0
+  reward_timeout_s: float = rewards_pool.DEFAULT_TIMEOUT_S
   trainer_hosts: int | None = None
   rollout_hosts: int | None = None
   max_staleness: int = 1
   is_cap: float = 2.0
+  resume_step: int | None = None
   params_out: str | None = None
   transfer_guard: str = "allow"
 
@@ -109,6 +119,10 @@ class CliOptions:
       raise ConfigError(
           f"--reward_workers={self.reward_workers} must be >= 0 (0:"
           " in-process).")
+    try:
+      rewards_pool.check_timeout(self.reward_timeout_s)
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
     if self.backend not in BACKENDS:
       raise ConfigError(
           f"--backend={self.backend!r} is not one of {list(BACKENDS)}."
@@ -143,6 +157,11 @@ class CliOptions:
       raise ConfigError(
           f"{', '.join(da_only)} apply to --backend=mcjax_da only; the other"
           " backends' hosts come from --num_hosts.")
+    if self.resume_step is not None and (
+        not self.multi_controller or self.resume_step < 0):
+      raise ConfigError(
+          f"--resume_step={self.resume_step} applies to --backend=mcjax and"
+          " mcjax_da (whose checkpoints mcjax checks), with a step >= 0.")
     if self.backend == "mcjax_da":
       try:
         self.da_options(trainer_hosts=self.trainer_hosts or 1,

@@ -261,13 +261,20 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     # Tunix asks for the reward functions after the cluster exists: time them
     # into the step's `reward` phase (values, names and signatures unchanged).
     fns = super().obtain_reward_fn()
-    if self.options.reward_workers:
-      from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
+    import jax  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
 
-      # Started once per host; its workers exit with the process.
+    # Every call has --reward_timeout_s: in this host's pool (started once;
+    # its workers exit with the process), or on a watchdog thread.
+    host = rewards_pool.host_label(jax.process_index())
+    timeout_s = self.options.reward_timeout_s
+    if self.options.reward_workers:
       self._reward_pool = rewards_pool.RewardPool(
-          fns, num_workers=self.options.reward_workers)
+          fns, num_workers=self.options.reward_workers, timeout_s=timeout_s,
+          host=host)
       fns = self._reward_pool.fns
+    else:
+      fns = rewards_pool.with_timeouts(fns, timeout_s=timeout_s, host=host)
     # A reward function that raises, returns NaN or the wrong number of
     # values is an error naming it (Tunix would nansum NaN into 0).
     from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
@@ -377,6 +384,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         optimizations=self.options.optimizations(),
         transfer_guard=self.options.transfer_guard,
         checkpoint_fingerprint=self.checkpoint_fingerprint(),
+        resume_step=self.options.resume_step,
     )
 
   def checkpoint_root(self) -> str | None:

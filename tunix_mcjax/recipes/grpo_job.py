@@ -334,14 +334,20 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       info.process_index)
   batches = list(batches) * cfg.passes
   total_steps = cfg.steps * cfg.passes
-  reward_pool = None
-  if cfg.reward_workers:
-    from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import rewards_pool  # pylint: disable=g-import-not-at-top
 
-    # This host's pool, started now (before the first step).
-    reward_pool = rewards_pool.RewardPool(reward_fns,
-                                          num_workers=cfg.reward_workers)
+  # Every reward call has cfg.reward_timeout_s: in this host's pool (started
+  # now, before the first step), or on a watchdog thread in this process.
+  reward_pool = None
+  host = rewards_pool.host_label(info.process_index)
+  if cfg.reward_workers:
+    reward_pool = rewards_pool.RewardPool(
+        reward_fns, num_workers=cfg.reward_workers,
+        timeout_s=cfg.reward_timeout_s, host=host)
     reward_fns = reward_pool.fns
+  else:
+    reward_fns = rewards_pool.with_timeouts(
+        reward_fns, timeout_s=cfg.reward_timeout_s, host=host)
   # A reward function that raises, returns NaN or the wrong number of values
   # is an error naming it (Tunix would nansum NaN into 0); outside the pool,
   # which pickles the functions themselves.
@@ -392,6 +398,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             trace_dir=cfg.trace_dir,
             engine_model=engine_model,
             checkpoint_fingerprint=cfg.checkpoint_fingerprint(),
+            resume_step=cfg.resume_step,
             transfer_guard=cfg.transfer_guard,
         ),
         **da,

@@ -25,6 +25,7 @@ import dataclasses
 from typing import Any
 
 import tunix_mcjax
+from tunix_mcjax import rewards_pool
 from tunix_mcjax import support
 from tunix_mcjax import transfers
 from tunix_mcjax.recipes import shared_flags
@@ -201,6 +202,14 @@ class GrpoJobConfig:
       0, "Score the reward functions in a per-host pool of this many worker"
       " processes (functions must be picklable); 0: in-process, one after"
       " the other (as stock Tunix).")
+  # The most one reward call may take (rewards_pool): in the pool the hung
+  # worker is killed and replaced, in-process the call runs on a watchdog
+  # thread; either way the job fails naming the function, rows and host.
+  reward_timeout_s: float = _field(
+      rewards_pool.DEFAULT_TIMEOUT_S, "Seconds one reward call may take"
+      " before the job fails naming the function, its rows and the host"
+      " (with --reward_workers the hung worker is killed; in-process the"
+      " call runs on a watchdog thread). A huge value all but turns it off.")
   # JAX's transfer guard over the backend's calls after the first step
   # (tunix_mcjax.transfers.GUARD_LEVELS; mcjax, mcjax_da's trainer hosts):
   # "disallow" raises on an implicit host<->device transfer there.
@@ -226,6 +235,14 @@ class GrpoJobConfig:
   checkpoint_every: int = _field(
       1, "Save a checkpoint every N global steps (and after the last).")
   max_to_keep: int | None = _field(3, "Keep the N most recent checkpoints.")
+  # Resume from the checkpoint of this step (its directory's number under
+  # <checkpoint_dir>/actor) instead of the latest; the launching process
+  # sets the later steps aside once every check passed (checkpointing).
+  resume_step: int | None = _field(
+      None, "mcjax, mcjax_da: resume from the complete checkpoint of this"
+      " step (its directory under --checkpoint_dir/actor) instead of the"
+      " latest; the later steps are moved to --checkpoint_dir/actor.set_aside"
+      " before any host starts (nothing is deleted).")
   # Sequence packing (Tunix's RLTrainingConfig.max_seq_token_per_tpu):
   # tokens per packed row; None: no packing. mcjax only, with a token-mean
   # learner (--learner=dapo); see docs/cli.md.
@@ -299,6 +316,7 @@ class GrpoJobConfig:
       raise ValueError(
           f"reward_workers must be >= 0 (0: in-process), got"
           f" {self.reward_workers}.")
+    rewards_pool.check_timeout(self.reward_timeout_s)
     if self.mesh not in support.MESH_KINDS:
       raise ValueError(
           f"mesh must be one of {support.MESH_KINDS}, got {self.mesh!r}."
@@ -355,6 +373,11 @@ class GrpoJobConfig:
           " backend here does not checkpoint."
       )
     self.checkpoint_config()  # Validates checkpoint_every and max_to_keep.
+    if self.resume_step is not None and (
+        self.checkpoint_dir is None or self.resume_step < 0):
+      raise ValueError(
+          f"--resume_step={self.resume_step} needs --checkpoint_dir (the"
+          " directory holding that checkpoint) and a step >= 0.")
     if self.backend == "mcjax_da":
       self.da_options()  # Host counts, staleness and cap.
 

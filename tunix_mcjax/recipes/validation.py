@@ -29,7 +29,9 @@ exit 2 (no traceback).
 * Rewards (`checked_reward_fns`): a reward function that raises is reported
   with its name and the first row it fails on; NaN or infinite rewards, and
   a result of the wrong length, are errors (Tunix would sum rewards with
-  `np.nansum`, silently training on NaN as 0). Good rewards pass unchanged.
+  `np.nansum`, silently training on NaN as 0). A call that timed out or
+  whose pool worker died (`rewards_pool.RewardCallError`) is an error with
+  that message, not blamed on a row. Good rewards pass unchanged.
 * Vocabulary (`check_vocab`): a tokenizer with more ids than the model's
   embedding would index past it (JAX clamps the index silently).
 """
@@ -43,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from tunix_mcjax import rewards_pool
 from tunix_mcjax.recipes import tasks
 
 # The batch fields the built-in rewards read.
@@ -411,6 +414,8 @@ def _first_failing_row(
     try:
       fn(prompts=prompts[i:i + 1], completions=completions[i:i + 1],
          **_row_kwargs(kwargs, n, i))
+    except rewards_pool.RewardCallError as e:
+      raise InputError(str(e)) from e
     except Exception as e:  # pylint: disable=broad-exception-caught
       return i, e
   return None
@@ -442,6 +447,10 @@ def checked_reward_fn(fn: Any) -> Any:
   def checked(prompts, completions, **kwargs):
     try:
       rewards = fn(prompts=prompts, completions=completions, **kwargs)
+    except rewards_pool.RewardCallError as e:
+      # Timed out, or its pool worker died: the message names the function,
+      # rows and host; scoring row by row would only wait or crash again.
+      raise InputError(str(e)) from e
     except Exception as e:  # pylint: disable=broad-exception-caught
       found = _first_failing_row(fn, prompts, completions, kwargs)
       if found is None:
