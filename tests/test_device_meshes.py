@@ -14,7 +14,7 @@
 
 """The trainer mesh's device grid (tunix_mcjax.device_meshes.device_grid).
 
-`device_grid` and `support.host_blocks` are pure functions over device
+`device_grid` and `rules.host_blocks` are pure functions over device
 objects; the stand-ins below carry what a jax.Device carries (id, process
 index, platform, kind, torus coordinates, core on chip), so TPU layouts are
 tested without a TPU and without mocking JAX. The user meshes come from
@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from tunix_mcjax import device_meshes
-from tunix_mcjax import support
+from tunix_mcjax import rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ def test_tpu_grid_has_hosts_outer_and_physical_order_within():
   assert [d.coords[:2] for d in grid.flat[:4]] == [(0, 0), (0, 1), (1, 0),
                                                     (1, 1)]
   assert [d.id for d in grid.flat] == [0, 4, 1, 5, 2, 6, 3, 7]
-  assert support.host_blocks(grid, ("fsdp", "tp"), ("fsdp",)) is None
+  assert rules.host_blocks(grid, ("fsdp", "tp"), ("fsdp",)) is None
 
 
 @pytest.mark.parametrize("kind", ["TPU v4", "TPU v5 lite", "TPU v5p"])
@@ -92,7 +92,7 @@ def test_tpu_grid_is_mesh_utils_hybrid_mesh_over_processes(kind, tp,
   assert grid.shape == expected.shape
   batch = ("data", "fsdp") if mesh_kind == "hsdp" else ("fsdp",)
   names = ("data", "fsdp", "tp") if mesh_kind == "hsdp" else ("fsdp", "tp")
-  assert support.host_blocks(grid, names, batch) is None
+  assert rules.host_blocks(grid, names, batch) is None
 
 
 def test_tpu_layout_mesh_utils_refuses_falls_back_to_coordinate_order():
@@ -130,26 +130,26 @@ def test_user_mesh_in_topology_order_is_accepted():
   # not contiguous, but each host one block along "fsdp".
   grid = mesh_utils.create_device_mesh((8, 1), _two_hosts_by_x())
   assert [d.id for d in grid.flat] == [0, 4, 1, 5, 2, 6, 3, 7]
-  assert support.host_blocks(grid, ("fsdp", "tp"), ("fsdp",)) is None
+  assert rules.host_blocks(grid, ("fsdp", "tp"), ("fsdp",)) is None
   # hsdp's (data, fsdp) batch axes flatten to the same host blocks.
-  assert support.host_blocks(grid.reshape(2, 4, 1), ("data", "fsdp", "tp"),
+  assert rules.host_blocks(grid.reshape(2, 4, 1), ("data", "fsdp", "tp"),
                              ("data", "fsdp")) is None
 
 
 def test_user_mesh_that_splits_a_host_along_the_data_axis_is_refused():
   # Hosts are rows of the slice; make_mesh's x-major order alternates them.
   grid = mesh_utils.create_device_mesh((8, 1), _two_hosts_by_y())
-  problem = support.host_blocks(grid, ("fsdp", "tp"), ("fsdp",))
+  problem = rules.host_blocks(grid, ("fsdp", "tp"), ("fsdp",))
   assert problem is not None and "\n" not in problem.message
   assert "hosts run 0 x1, 1 x1, 0 x1, 1 x1" in problem.message
   assert "tunix_mcjax.runtime.global_mesh()" in problem.message
   # The fix it names works: the default grid over the same devices.
   fixed = device_meshes.device_grid(_two_hosts_by_y())
-  assert support.host_blocks(fixed, ("fsdp", "tp"), ("fsdp",)) is None
+  assert rules.host_blocks(fixed, ("fsdp", "tp"), ("fsdp",)) is None
 
 
 def test_user_mesh_whose_tp_pairs_two_hosts_is_refused():
   grid = mesh_utils.create_device_mesh((4, 2), _two_hosts_by_y())
-  problem = support.host_blocks(grid, ("fsdp", "tp"), ("fsdp",))
+  problem = rules.host_blocks(grid, ("fsdp", "tp"), ("fsdp",))
   assert problem is not None and "\n" not in problem.message
   assert "hosts [0, 1] at batch index 0" in problem.message

@@ -39,7 +39,7 @@ import sys
 import numpy as np
 import pytest
 
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.recipes import grpo_job
 
 import example_runs
@@ -52,7 +52,7 @@ HSDP_PARAM_TOLERANCE = dict(atol=1e-4, rtol=1e-5)
 
 
 def test_auto_picks_hsdp_when_fsdp_does_not_divide():
-  choice, problem = support.choose_mesh(
+  choice, problem = rules.choose_mesh(
       grpo_job.TINY_DIMS, num_hosts=3, devices_per_host=2)
   assert problem is None
   assert choice.kind == "hsdp" and choice.shape == (3, 2, 1)
@@ -62,7 +62,7 @@ def test_auto_picks_hsdp_when_fsdp_does_not_divide():
 
 
 def test_auto_keeps_fsdp_when_it_divides():
-  choice, problem = support.choose_mesh(
+  choice, problem = rules.choose_mesh(
       grpo_job.TINY_DIMS, num_hosts=2, devices_per_host=2)
   assert problem is None and choice.kind == "fsdp" and choice.reason is None
   assert choice.shape == (4, 1)
@@ -72,60 +72,60 @@ def test_auto_keeps_fsdp_when_it_divides():
 def test_real_widths_on_odd_host_counts(hidden, hosts):
   dims = dict(embed_dim=hidden, hidden_dim=3 * hidden, num_heads=16,
               num_kv_heads=8)
-  _, problem = support.choose_mesh(dims, num_hosts=hosts, devices_per_host=4,
+  _, problem = rules.choose_mesh(dims, num_hosts=hosts, devices_per_host=4,
                                    mesh="fsdp")
   assert f"embed_dim={hidden}" in problem.message
   assert "--mesh=hsdp" in problem.message
-  choice, problem = support.choose_mesh(dims, num_hosts=hosts,
+  choice, problem = rules.choose_mesh(dims, num_hosts=hosts,
                                         devices_per_host=4)
   assert problem is None and choice.kind == "hsdp"
 
 
 def test_a_mesh_that_cannot_work_names_the_dimension_and_a_fix():
-  _, problem = support.choose_mesh(grpo_job.TINY_DIMS, num_hosts=3,
+  _, problem = rules.choose_mesh(grpo_job.TINY_DIMS, num_hosts=3,
                                    devices_per_host=2, mesh="fsdp")
   assert "embed_dim=64" in problem.message
   assert "--mesh=hsdp (hsdp mesh data=3 x fsdp=2 x tp=1)" in problem.message
-  _, problem = support.choose_mesh(grpo_job.TINY_DIMS, num_hosts=3,
+  _, problem = rules.choose_mesh(grpo_job.TINY_DIMS, num_hosts=3,
                                    devices_per_host=3)
   assert "embed_dim=64" in problem.message and "no fsdp/hsdp mesh" in (
       problem.message)
-  _, problem = support.choose_mesh(grpo_job.TINY_DIMS, num_hosts=2,
+  _, problem = rules.choose_mesh(grpo_job.TINY_DIMS, num_hosts=2,
                                    devices_per_host=2, tp=3)
   assert "tp=3" in problem.message
-  _, problem = support.choose_mesh({}, num_hosts=2, devices_per_host=2,
+  _, problem = rules.choose_mesh({}, num_hosts=2, devices_per_host=2,
                                    mesh="2d")
   assert "mesh='2d'" in problem.message
 
 
 def test_batch_axes_reads_both_forms():
-  assert support.batch_axes(("fsdp",)) == ("fsdp",)
-  assert support.batch_axes((("data", "fsdp"),)) == ("data", "fsdp")
-  assert support.data_sharding_axes((("data", "fsdp"),), ("fsdp", "tp"))
+  assert rules.batch_axes(("fsdp",)) == ("fsdp",)
+  assert rules.batch_axes((("data", "fsdp"),)) == ("data", "fsdp")
+  assert rules.data_sharding_axes((("data", "fsdp"),), ("fsdp", "tp"))
 
 
 def test_per_host_config_gives_tunix_the_batch_axes():
   import types  # pylint: disable=g-import-not-at-top
   tc = types.SimpleNamespace(
-      **{k: None for k in support.GLOBAL_BATCH_KNOBS},
+      **{k: None for k in rules.GLOBAL_BATCH_KNOBS},
       data_sharding_axis=("data", "fsdp"))
-  local = support.per_host_training_config(tc, 3)
+  local = rules.per_host_training_config(tc, 3)
   # Tunix's shard_input builds PartitionSpec(*axis): batch over both axes.
   assert local.data_sharding_axis == (("data", "fsdp"),)
   assert tc.data_sharding_axis == ("data", "fsdp")
   tc.data_sharding_axis = ("fsdp",)
-  assert support.per_host_training_config(tc, 3).data_sharding_axis == (
+  assert rules.per_host_training_config(tc, 3).data_sharding_axis == (
       "fsdp",)
 
 
 def test_cli_three_axis_mesh_is_hsdp():
   # actor_model_config.mesh.shape=(data, fsdp, tp), data = hosts.
-  assert support.mesh_layout((3, 2, 1), num_hosts=3,
+  assert rules.mesh_layout((3, 2, 1), num_hosts=3,
                              devices_per_host=None) == (2, None)
-  _, problem = support.mesh_layout((2, 3, 1), num_hosts=3,
+  _, problem = rules.mesh_layout((2, 3, 1), num_hosts=3,
                                    devices_per_host=None)
   assert "data axis must equal the 3 hosts" in problem.message
-  _, problem = support.mesh_layout((3, 2, 1), num_hosts=3,
+  _, problem = rules.mesh_layout((3, 2, 1), num_hosts=3,
                                    devices_per_host=4)
   assert "must equal the 4 devices of a host" in problem.message
 

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 import example_runs
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.recipes import grpo_job
 
 
@@ -170,9 +170,9 @@ def test_lora_engines():
   from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top,unused-import
   from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
   for name in ENGINES.names():
-    assert support.lora_engine(name, True) is None, name
+    assert rules.lora_engine(name, True) is None, name
   # ... and one that is not listed is refused, naming the engines that do.
-  problem = support.lora_engine("other", True)
+  problem = rules.lora_engine("other", True)
   assert problem.error is NotImplementedError
   assert "engine='other' with a LoRA actor" in problem.message
   assert "'vllm_tpu'" in problem.message
@@ -181,20 +181,20 @@ def test_lora_engines():
 def test_lora_job_check_without_devices():
   config = {"actor_model_config": {"lora_config": {
       "rank": 0, "alpha": 8.0, "module_path": ".*q_proj"}}}
-  check = support.check_job(config, num_hosts=2, devices_per_host=2,
+  check = rules.check_job(config, num_hosts=2, devices_per_host=2,
                             engine_names=("native", "vllm"))
   assert any("lora_config.rank=0" in p for p in check.problems), check
   ok = {"actor_model_config": {"lora_config": {
-      "rank": 64, "alpha": 64.0, "module_path": support.DEFAULT_LORA_MODULES}}}
-  check = support.check_job(ok, num_hosts=2, devices_per_host=2,
+      "rank": 64, "alpha": 64.0, "module_path": rules.DEFAULT_LORA_MODULES}}}
+  check = rules.check_job(ok, num_hosts=2, devices_per_host=2,
                             engine_names=("native", "vllm"))
   assert not any("LoRA" in p or "lora" in p for p in check.problems), check
 
 
 def test_default_modules_select_the_seven_projections():
   import re  # pylint: disable=g-import-not-at-top
-  pattern = re.compile(support.DEFAULT_LORA_MODULES)
-  selected = [p for p in support.lora_module_paths(1) if pattern.fullmatch(p)]
+  pattern = re.compile(rules.DEFAULT_LORA_MODULES)
+  selected = [p for p in rules.lora_module_paths(1) if pattern.fullmatch(p)]
   assert [p.split("/")[-1] for p in selected] == [
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
       "down_proj"]

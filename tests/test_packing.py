@@ -34,7 +34,7 @@ from tunix.rl.grpo import dapo_learner
 from tunix.rl.grpo import grpo_learner
 
 from tunix_mcjax import packing
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import telemetry
 from tunix_mcjax.compat import packing as compat_packing
 from tunix_mcjax.recipes import job_config
@@ -250,19 +250,19 @@ def test_packed_token_mean_loss_equals_unpacked(losses):
 
 
 def test_support_allows_token_mean_only():
-  assert support.sequence_packing(64, loss_agg_mode="token-mean") is None
-  assert support.sequence_packing(64) is None  # Mode checked later.
+  assert rules.sequence_packing(64, loss_agg_mode="token-mean") is None
+  assert rules.sequence_packing(64) is None  # Mode checked later.
   for mode in ("sequence-mean-token-mean", "sequence-mean-token-scale",
                "seq-mean-token-sum", "sequence-mean-token-sum-norm"):
-    problem = support.sequence_packing(64, loss_agg_mode=mode)
+    problem = rules.sequence_packing(64, loss_agg_mode=mode)
     assert problem.error is NotImplementedError
     assert "per-row (sequence-*) reduction" in problem.message
-  problem = support.sequence_packing(64, loss_agg_mode="token-mean",
+  problem = rules.sequence_packing(64, loss_agg_mode="token-mean",
                                      num_iterations=2)
   assert "num_iterations=2" in problem.message
-  assert "positive number" in support.sequence_packing(0).message
+  assert "positive number" in rules.sequence_packing(0).message
   # GRPO's own default would be refused.
-  assert grpo_learner.GRPOConfig().loss_agg_mode != support.PACKING_LOSS_MODE
+  assert grpo_learner.GRPOConfig().loss_agg_mode != rules.PACKING_LOSS_MODE
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -68,7 +68,7 @@ from tunix_mcjax import global_rows
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import packing
 from tunix_mcjax import runtime
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import telemetry
 from tunix_mcjax.telemetry import learner_metrics
 from tunix_mcjax import transfers
@@ -157,8 +157,8 @@ class McJaxRLCluster(compat.RLCluster):
     # A LoRA actor trains and publishes only its adapters (as stock Tunix's
     # sync_weights filters by nnx.LoRAParam); its engine must take them.
     lora_enabled = sft_utils.is_lora_enabled(actor)
-    lora_problem = support.lora_engine(engine_name, lora_enabled)
-    support.raise_first(lora_problem)
+    lora_problem = rules.lora_engine(engine_name, lora_enabled)
+    rules.raise_first(lora_problem)
 
     engine_factory = functools.partial(
         self._engine_factory(engine_name),
@@ -238,7 +238,7 @@ class McJaxRLCluster(compat.RLCluster):
     if cluster_config.training_config.max_seq_token_per_tpu is not None:
       tc = self.cluster_config.training_config  # This host's share.
       data_devices = global_rows.mesh_axis_size(
-          self.global_mesh, support.batch_axes(tc.data_sharding_axis))
+          self.global_mesh, rules.batch_axes(tc.data_sharding_axis))
       self._packing = packing.install(
           gather=telemetry.HostGather(self.local_mesh),
           multiple=max(1, data_devices // self.num_hosts),
@@ -286,13 +286,13 @@ class McJaxRLCluster(compat.RLCluster):
   # --- validation and configuration -----------------------------------------
 
   def _check_supported(self, actor, critic, reward, cfg) -> None:
-    support.check_cluster(
+    rules.check_cluster(
         actor=actor, critic=critic, reward=reward, cluster_config=cfg
     )
 
   def _per_host_training_config(self, tc: Any) -> Any:
     """Global batch knobs -> this host's share (the learner reads per host)."""
-    return support.per_host_training_config(tc, self.num_hosts)
+    return rules.per_host_training_config(tc, self.num_hosts)
 
   # --- admission -----------------------------------------------------------
 
@@ -314,7 +314,7 @@ class McJaxRLCluster(compat.RLCluster):
       num_generations: Samples per prompt (G).
       loss_agg_mode: The learner's `loss_agg_mode`; with O3 and several
         micro-batches per update, a mode whose update O3 would change is
-        refused (`support.balanced_micro_batches`). None: not checked, and a
+        refused (`rules.balanced_micro_batches`). None: not checked, and a
         warning is logged in that setting.
     """
     adm = admission_lib.Admission(
@@ -456,7 +456,7 @@ class McJaxRLCluster(compat.RLCluster):
   # snapshot, so mcjax refreshes none while it is refused.
   # Tunix's GRPO, DAPO and Dr.GRPO learners do not call it (their old
   # log-probs come from the engine: `get_old_per_token_logps`); its caller is
-  # the agentic learner (training_mode=agentic_grpo), refused by support.
+  # the agentic learner (training_mode=agentic_grpo), refused by the rules.
   def get_actor_per_token_logps(self, *args, **kwargs):
     raise NotImplementedError(
         "get_actor_per_token_logps (trainer-side log-probs under the anchor"

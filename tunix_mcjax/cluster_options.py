@@ -32,7 +32,7 @@ from absl import logging
 from tunix_mcjax import admission as admission_lib
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import packing
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import transfers
 from tunix_mcjax.engines import base as engine_base
 
@@ -133,8 +133,8 @@ def engine_name(options: McJaxOptions, rollout_engine: Any,
         "Under mcjax the rollout engine is chosen by name (one of"
         f" {registered}), got {rollout_engine!r}."
     )
-  support.raise_first(support.rollout_engine(rollout_engine, registered))
-  return support.mcjax_engine_name(rollout_engine)
+  rules.raise_first(rules.rollout_engine(rollout_engine, registered))
+  return rules.mcjax_engine_name(rollout_engine)
 
 
 def admission_config(
@@ -159,7 +159,7 @@ def admission_config(
     num_generations: samples per prompt (G).
     loss_agg_mode: the learner's `loss_agg_mode`; with O3 and several
       micro-batches per update, a mode whose update O3 would change is
-      refused (`support.balanced_micro_batches`). None: not checked, and a
+      refused (`rules.balanced_micro_batches`). None: not checked, and a
       warning is logged in that setting.
   """
   tc = training_config
@@ -173,10 +173,10 @@ def admission_config(
           " the update equals the single controller's only for the"
           " row-normalised loss_agg_modes %s; pass loss_agg_mode to"
           " shard_dataset to have it checked.",
-          list(support.ROW_NORMALISED_LOSS_MODES),
+          list(rules.ROW_NORMALISED_LOSS_MODES),
       )
     else:
-      support.raise_first(support.balanced_micro_batches(
+      rules.raise_first(rules.balanced_micro_batches(
           balance_by_length=True, loss_agg_mode=loss_agg_mode,
           micro_batch_size=chunk, mini_batch_size=tc.mini_batch_size,
       ))

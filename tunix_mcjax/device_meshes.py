@@ -18,7 +18,7 @@
 its first axis belongs to one host (its grid: `device_grid`, a pure function
 over device objects); `local_mesh` is one host's own (the publication's host
 view, `publication.host_view_mesh`, lays every host's block out like it).
-Device order: `support.meshes.topology_order`, and on TPU
+Device order: `rules.meshes.topology_order`, and on TPU
 `jax.experimental.mesh_utils` within a host. `runtime` re-exports these
 names. Importing this module does not import jax.
 """
@@ -79,7 +79,7 @@ def host_contiguous_devices() -> list[jax.Device]:
   order a TPU host's devices differently (`device_grid`).
   """
   import jax  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.rules import meshes  # pylint: disable=g-import-not-at-top
   return meshes.topology_order(jax.devices())
 
 
@@ -96,7 +96,7 @@ def global_mesh(
   [h * per_host / tp, (h + 1) * per_host / tp). kind="hsdp" (hybrid
   sharding) puts the hosts on a leading data-parallel axis: host h is
   data row h, and parameters sharded over "fsdp" are split within a host
-  and replicated across hosts (support.choose_mesh picks the kind).
+  and replicated across hosts (rules.choose_mesh picks the kind).
 
   Args:
     tp: Size of the last axis; must divide the devices per host.
@@ -135,7 +135,7 @@ def device_grid(
   laid out by `mesh_utils.create_hybrid_device_mesh` with processes as
   granules: JAX's own rings and torus-axis assignment for the host's
   (fsdp, tp) block. Other devices (CPU, GPU; or a TPU layout mesh_utils
-  cannot build) run in `support.meshes.topology_order`: by coordinates
+  cannot build) run in `rules.meshes.topology_order`: by coordinates
   where present, else by id.
 
   Args:
@@ -150,7 +150,7 @@ def device_grid(
     An object array of the devices in that shape.
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.rules import meshes  # pylint: disable=g-import-not-at-top
   if kind not in ("fsdp", "hsdp"):
     raise ValueError(f"kind must be 'fsdp' or 'hsdp', got {kind!r}.")
   ordered = meshes.topology_order(devices)
@@ -191,7 +191,7 @@ def local_mesh(
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax.support import meshes  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.rules import meshes  # pylint: disable=g-import-not-at-top
   names = _check_axis_names(axis_names, 3 if len(axis_names) == 3 else 2)
   devices = meshes.topology_order(jax.local_devices())
   _check_tp(tp, len(devices))

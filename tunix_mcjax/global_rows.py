@@ -30,7 +30,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import transfers
 
 
@@ -95,7 +95,7 @@ def to_global(x: Any, mesh: Mesh, data_sharding_axis: Any,
     return x
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
     return x
-  axes = support.batch_axes(data_sharding_axis)
+  axes = rules.batch_axes(data_sharding_axis)
   sharding = NamedSharding(mesh, PartitionSpec(axes))
   per_host = mesh_axis_size(mesh, axes) // num_hosts
   if per_host == 0 or x.shape[0] % per_host:

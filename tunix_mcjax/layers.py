@@ -15,7 +15,7 @@
 """The package's tiers, declared once, and the check that imports go down.
 
     core          runtime, launch, admission, engines, cluster, publication,
-                  telemetry, checkpointing, packing, support, compat, ...
+                  telemetry, checkpointing, packing, rules, compat, ...
       ^
     modes         da/ (the disaggregated mode), backends (every backend by
                   name), the package's create_rl_cluster

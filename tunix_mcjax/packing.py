@@ -49,7 +49,7 @@ from absl import logging
 import jax.numpy as jnp
 import numpy as np
 
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.compat import packing as compat_packing
 
 # Per-token fields Tunix carries through packing (tunix.rl.utils
@@ -377,7 +377,7 @@ def check_learner(trainer: Any, max_seq_token_per_tpu: int) -> None:
         " Tunix GRPO-family learner (GRPOLearner, DAPOLearner,"
         " DrGRPOLearner), whose loss_agg_mode it checks; unset it."
     )
-  problem = support.sequence_packing(
+  problem = rules.sequence_packing(
       max_seq_token_per_tpu,
       loss_agg_mode=algo.loss_agg_mode,
       num_iterations=getattr(algo, "num_iterations", 1),

@@ -53,7 +53,7 @@ from tunix_mcjax.device_meshes import global_mesh
 from tunix_mcjax.device_meshes import host_contiguous_devices
 from tunix_mcjax.device_meshes import local_mesh
 # pylint: enable=unused-import,g-importing-member
-from tunix_mcjax.support.values import is_int
+from tunix_mcjax.rules.values import is_int
 
 
 Source = Literal["launcher", "cluster", "single"]

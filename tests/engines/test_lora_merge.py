@@ -22,7 +22,7 @@ from flax import nnx
 import pytest
 from tunix.cli.utils import model as tunix_model_lib
 
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import tree_paths
 from tunix_mcjax.engines import lora_merge
 from tunix_mcjax.recipes import models
@@ -35,7 +35,7 @@ def lora_model():
   base = models.create_tiny_model(models.tiny_qwen3_config(), seed=1)
   model = tunix_model_lib.apply_lora_to_model(
       base, None, {"rank": RANK, "alpha": ALPHA,
-                   "module_path": support.DEFAULT_LORA_MODULES})
+                   "module_path": rules.DEFAULT_LORA_MODULES})
   # qwix initialises B to zero (a no-op adapter): give B values so the
   # merge is tested, not the base model.
   state = nnx.state(model, nnx.LoRAParam)

@@ -42,7 +42,7 @@ _SCRIPT = textwrap.dedent("""
     from tunix.rl.grpo import grpo_learner
     from tunix.rl.rollout import base_rollout
     import tunix_mcjax
-    from tunix_mcjax import cluster as cluster_lib, compat, support
+    from tunix_mcjax import cluster as cluster_lib, compat, rules
     from tunix_mcjax.recipes import models, tasks
     from tests.support import engine_probe
 
@@ -50,7 +50,7 @@ _SCRIPT = textwrap.dedent("""
     cfg = models.tiny_qwen3_config(head_dim=32)
     base = models.create_tiny_model(cfg, seed=4, mesh=gm)
     lora = {"rank": 4, "alpha": 8.0,
-            "module_path": support.DEFAULT_LORA_MODULES}
+            "module_path": rules.DEFAULT_LORA_MODULES}
     actor = tunix_model_lib.apply_lora_to_model(base, gm, lora)
     roles = {compat.Role.ACTOR: gm, compat.Role.ROLLOUT: gm,
              compat.Role.REFERENCE: gm}

@@ -29,7 +29,7 @@ from tunix_mcjax.recipes import grpo_job
 from tunix_mcjax.maxtext import models as maxtext_models
 from tunix_mcjax import publication
 from tunix_mcjax import runtime
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.engines import base as engines_base
 
 VOCAB = 256
@@ -169,14 +169,14 @@ def test_job_config_errors(kwargs, match):
 
 
 def test_maxtext_with_vllm_needs_both_in_one_environment():
-  problem = support.trainer_engine("maxtext", "vllm", missing=("vllm",))
+  problem = rules.trainer_engine("maxtext", "vllm", missing=("vllm",))
   assert "needs maxtext and vllm importable in one Python environment" in (
       problem.message)
   assert "`make venv-maxtext-vllm`" in problem.message
-  assert support.trainer_engine("maxtext", "vllm", missing=()) is None
-  assert support.trainer_engine("tunix", "vllm_tpu") is None
+  assert rules.trainer_engine("maxtext", "vllm", missing=()) is None
+  assert rules.trainer_engine("tunix", "vllm_tpu") is None
   # The job config applies the rule with this interpreter's modules.
-  if support.missing_modules(("vllm",)):
+  if rules.missing_modules(("vllm",)):
     with pytest.raises(ValueError, match="make venv-maxtext-vllm"):
       grpo_job.GrpoJobConfig(trainer="maxtext", engine="vllm")
   else:
@@ -185,10 +185,10 @@ def test_maxtext_with_vllm_needs_both_in_one_environment():
 
 def test_rollout_engine_names_an_mcjax_engine_with_its_prefix():
   names = ["native", "vllm", "vllm_tpu"]
-  assert support.rollout_engine("mcjax:vllm", names) is None
-  assert support.mcjax_engine_name("mcjax:vllm") == "vllm"
-  assert support.mcjax_engine_name("vanilla") == "native"
-  problem = support.rollout_engine("mcjax:sglang", names)
+  assert rules.rollout_engine("mcjax:vllm", names) is None
+  assert rules.mcjax_engine_name("mcjax:vllm") == "vllm"
+  assert rules.mcjax_engine_name("vanilla") == "native"
+  problem = rules.rollout_engine("mcjax:sglang", names)
   assert "'mcjax:vllm'" in problem.message
-  assert "rollout_engine='mcjax:vllm'" in support.rollout_engine(
+  assert "rollout_engine='mcjax:vllm'" in rules.rollout_engine(
       "vllm", names).message

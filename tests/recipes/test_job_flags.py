@@ -32,7 +32,7 @@ import pytest
 
 import tunix_mcjax
 from tunix_mcjax import host_optimizations
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import transfers
 from tunix_mcjax.da import options as da_options
 from tunix_mcjax.recipes import job_checks
@@ -152,8 +152,8 @@ def test_enum_choices_come_from_the_registry_and_constants(example):
 
   assert choices("backend") == tuple(tunix_mcjax.backend_names())
   assert choices("trainer") == job_config.TRAINERS
-  assert choices("learner") == support.LEARNERS
-  assert choices("mesh") == support.MESH_KINDS
+  assert choices("learner") == rules.LEARNERS
+  assert choices("mesh") == rules.MESH_KINDS
   assert choices("transfer_guard") == transfers.GUARD_LEVELS
   assert choices("profile") == tuple(host_optimizations.PROFILES)
   assert choices("ray_placement_strategy") == da_options.PLACEMENT_STRATEGIES

@@ -27,6 +27,6 @@
 - `checkpoints`: local Hugging Face Qwen3 checkpoints as CLI models.
 - `data`: Tunix's batched dataset, dealt to hosts in full global batches.
 
-What mcjax can run is `tunix_mcjax.support`; the Tunix CLI names it rebinds
+What mcjax can run is `tunix_mcjax.rules`; the Tunix CLI names it rebinds
 are `tunix_mcjax.compat.tunix_cli`.
 """

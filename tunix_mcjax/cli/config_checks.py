@@ -14,7 +14,7 @@
 
 """Whether mcjax (and mcjax_da's trainer hosts) can run a Tunix CLI config.
 
-Reads what `tunix_mcjax.support`'s rules need from a parsed
+Reads what `tunix_mcjax.rules`'s rules need from a parsed
 `grpo_main.GrpoCliPipeline`; uses no JAX device, so the process that starts
 the job runs it before any host starts.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunix_mcjax import compat
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.cli import data
 from tunix_mcjax.cli.options import ConfigError
 from tunix_mcjax.compat import tunix_cli
@@ -47,7 +47,7 @@ def check_mcjax_config(
 ) -> int:
   """Checks that mcjax can run `pipeline`'s config on this many hosts.
 
-  The rules are `tunix_mcjax.support`'s; this reads what they need from the
+  The rules are `tunix_mcjax.rules`'s; this reads what they need from the
   pipeline. Uses no JAX device, so the parent process runs it before
   starting any host.
 
@@ -97,7 +97,7 @@ def check_mcjax_config(
     unreadable.append(f"actor_model_config.mesh: {e}")
   if shape is not None:
     # The trainer mesh (--mesh): a layout problem is check_job's to report.
-    per_host, layout_problem = support.mesh_layout(
+    per_host, layout_problem = rules.mesh_layout(
         shape, num_hosts=num_hosts, devices_per_host=devices_per_host)
     if layout_problem is None:
       try:
@@ -105,7 +105,7 @@ def check_mcjax_config(
             num_hosts=num_hosts, devices_per_host=per_host).axis_names
       except ConfigError as e:
         unreadable.append(str(e))
-  check = support.check_job(
+  check = rules.check_job(
       pipeline.config,
       num_hosts=num_hosts,
       devices_per_host=devices_per_host,

@@ -216,8 +216,8 @@ def _rollout_model_problems(pipeline: Any) -> list[str]:
 
 def _disaggregated_rule_problems(pipeline: Any, *, engine: str,
                                  trainer_hosts: int) -> list[str]:
-  """What `support.disaggregated` refuses, read from the Tunix config."""
-  from tunix_mcjax.support import disaggregated  # pylint: disable=g-import-not-at-top
+  """What `rules.disaggregated` refuses, read from the Tunix config."""
+  from tunix_mcjax.rules import disaggregated  # pylint: disable=g-import-not-at-top
 
   config = pipeline.config
   training = config.get("rl_training_config") or {}
@@ -248,7 +248,7 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
   Raises:
     ConfigError: Listing every problem, each with what to change.
   """
-  from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.cli import config_checks  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.compat import tunix_cli  # pylint: disable=g-import-not-at-top
 
@@ -289,7 +289,7 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
         trainer_hosts=options.trainer_hosts,
         rollout_hosts=options.rollout_hosts)
     problems.extend(counts.problems)
-  engine = options.engine or support.mcjax_engine_name(
+  engine = options.engine or rules.mcjax_engine_name(
       str(pipeline.config.get("rollout_engine") or "vanilla"))
   trainer_hosts = (counts.trainer_hosts if counts is not None else None)
   problems.extend(_disaggregated_rule_problems(
@@ -377,13 +377,13 @@ class CliSource:
   @functools.cached_property
   def _settings(self) -> dict[str, Any]:
     # pylint: disable=g-import-not-at-top
-    from tunix_mcjax import support
+    from tunix_mcjax import rules
     from tunix_mcjax.engines import base as engine_base
     # pylint: enable=g-import-not-at-top
 
     pipeline = self._pipeline()
     rollout_config = pipeline.create_rollout_config()
-    engine = self.options.engine or support.mcjax_engine_name(
+    engine = self.options.engine or rules.mcjax_engine_name(
         pipeline.config.get("rollout_engine") or "vanilla")
     return {
         "engine": engine,

@@ -37,12 +37,12 @@ differs between backends:
   `_coordless_role_to_mesh`).
 * `--backend=mcjax`: one process per host. Every role shares one global mesh
   (`runtime.global_mesh`, shaped like `actor_model_config.mesh`; fsdp, or
-  hsdp across hosts, by --mesh: `support.config_mesh`), the cluster
+  hsdp across hosts, by --mesh: `rules.config_mesh`), the cluster
   is `tunix_mcjax.create_rl_cluster("mcjax", ...)`, and each global batch of
   Tunix's dataset (after its prompt-length filtering) is dealt to the hosts by
   `cluster.shard_dataset`, full batches only (see `data`), so every host runs
   the same number of steps with global batch / hosts prompts each. Configs
-  mcjax cannot honour (`tunix_mcjax.support`: disjoint role meshes, invalid
+  mcjax cannot honour (`tunix_mcjax.rules`: disjoint role meshes, invalid
   LoRA settings, engines without a host-local mcjax version, agentic mode, batch
   sizes that do not divide over the hosts, ...) fail before any host starts.
   Without a detected cluster the command re-runs itself as --num_hosts local

@@ -22,7 +22,7 @@ from typing import Any
 import tunix_mcjax
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import rewards_pool
-from tunix_mcjax import support
+from tunix_mcjax import rules
 
 # The stock backend, the default; the others as the registry lists them.
 DEFAULT_BACKEND = "tunix"
@@ -54,13 +54,13 @@ class CliOptions:
       discards it); off: stock behaviour.
     engine: mcjax only: the mcjax engine by registered name (e.g. "native",
       "vllm" = PyTorch vLLM, "vllm_tpu"); None takes Tunix's
-      `rollout_engine` in Tunix's meaning (`support.rollout_engine`).
+      `rollout_engine` in Tunix's meaning (`rules.rollout_engine`).
     profile: mcjax only: host-side optimizations profile ("base",
       "optimized"; None: the backend's defaults).
     async_metrics, freeze_gc, balance_admission, publish_in_one_call: mcjax
       only: O1-O4 switches overriding the profile (None: the profile's).
-    mesh: mcjax only: the trainer mesh kind, one of `support.MESH_KINDS`
-      ("fsdp", "hsdp", "auto"; None: "auto"); see `support.config_mesh`.
+    mesh: mcjax only: the trainer mesh kind, one of `rules.MESH_KINDS`
+      ("fsdp", "hsdp", "auto"; None: "auto"); see `rules.config_mesh`.
     reward_workers: either backend: score the reward functions in a per-host
       pool of this many processes (`tunix_mcjax.rewards_pool`); 0:
       in-process (stock).
@@ -144,9 +144,9 @@ class CliOptions:
           " tunix backend's engine is rollout_engine, its mesh the config's"
           " actor mesh, and it has no O1-O4)."
       )
-    if self.mesh is not None and self.mesh not in support.MESH_KINDS:
+    if self.mesh is not None and self.mesh not in rules.MESH_KINDS:
       raise ConfigError(
-          f"--mesh={self.mesh!r} is not one of {list(support.MESH_KINDS)}.")
+          f"--mesh={self.mesh!r} is not one of {list(rules.MESH_KINDS)}.")
     try:
       self.optimizations()
     except ValueError as e:

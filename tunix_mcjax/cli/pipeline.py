@@ -51,7 +51,7 @@ from typing import Any
 from absl import logging
 
 from tunix_mcjax import compat
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import telemetry
 from tunix_mcjax.cli import checkpoints
 from tunix_mcjax.cli import config_checks
@@ -139,7 +139,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     return {role: mesh for role in tunix_cli.resolve_mesh_owners(self)}
 
   def mesh_choice(self, *, num_hosts: int, devices_per_host: int) -> Any:
-    """The mcjax trainer mesh (`support.MeshChoice`) of this config and
+    """The mcjax trainer mesh (`rules.MeshChoice`) of this config and
     --mesh; no devices used. Raises ConfigError for a mesh that cannot work.
 
     The model's widths come from a local checkpoint's config.json; for a
@@ -151,9 +151,9 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
       path = checkpoints.local_checkpoint_dir(self._config_mapping(key))
       if path is not None:
         with open(os.path.join(path, "config.json")) as f:
-          dims = support.hf_model_dims(json.load(f))
+          dims = rules.hf_model_dims(json.load(f))
         break
-    choice, problem = support.config_mesh(
+    choice, problem = rules.config_mesh(
         shape, names, mesh=self.options.mesh or "auto", num_hosts=num_hosts,
         devices_per_host=devices_per_host, dims=dims)
     if problem is not None:
@@ -209,7 +209,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     choice = self._mesh_choice
     tc = cluster_config.training_config
     if choice is not None and choice.kind == "hsdp" and not set(
-        choice.batch_axes) <= set(support.batch_axes(tc.data_sharding_axis)):
+        choice.batch_axes) <= set(rules.batch_axes(tc.data_sharding_axis)):
       # hsdp splits the batch over hosts (data) and a host's devices (fsdp);
       # Tunix's default ("fsdp",) would ask every host for every row.
       logging.info("hsdp mesh: data_sharding_axis %s -> %s",

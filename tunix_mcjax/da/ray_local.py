@@ -69,7 +69,7 @@ from absl import logging
 
 from tunix_mcjax.compat import ray_cluster as compat_ray
 from tunix_mcjax.da import options as options_lib
-from tunix_mcjax.support.values import is_int
+from tunix_mcjax.rules.values import is_int
 
 # Every process Ray starts for a local head inherits this variable (set in
 # this process only while ray.init runs), which is how close() finds the

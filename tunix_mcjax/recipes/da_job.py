@@ -50,9 +50,9 @@ class GrpoJobSource:
   @property
   def engine(self) -> str:
     # 'vanilla' (Tunix's own sampler) is the native engine here.
-    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
-    return support.mcjax_engine_name(self.job.engine)
+    return rules.mcjax_engine_name(self.job.engine)
 
   @property
   def seed(self) -> int:

@@ -149,9 +149,9 @@ def _build_models(cfg: GrpoJobConfig, mesh):
     # An engine may need a different tiny shape (vLLM's CPU attention has no
     # head_dim 16 kernel); it says so in `tiny_model_overrides`.
     # 'vanilla' (Tunix's own sampler) runs the model as the native engine.
-    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
-    engine = support.mcjax_engine_name(cfg.engine)
+    engine = rules.mcjax_engine_name(cfg.engine)
     overrides = dict(
         getattr(ENGINES.get(engine), "tiny_model_overrides", {}))
     if "data" in mesh.axis_names:

@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any
 
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.recipes import tasks
 from tunix_mcjax.recipes.job_config import GrpoJobConfig
 
@@ -46,16 +46,16 @@ def model_dims(cfg: GrpoJobConfig) -> dict[str, int]:
     return {}  # The loader reports the missing checkpoint.
   with open(path) as f:
     hf = json.load(f)
-  return support.hf_model_dims(hf)
+  return rules.hf_model_dims(hf)
 
 
 def choose_mesh(cfg: GrpoJobConfig, *, num_hosts: int,
                 devices_per_host: int) -> Any:
-  """The job's `support.MeshChoice`; raises ValueError naming a fix.
+  """The job's `rules.MeshChoice`; raises ValueError naming a fix.
 
   Needs no devices: the example calls it before any host starts.
   """
-  choice, problem = support.choose_mesh(
+  choice, problem = rules.choose_mesh(
       model_dims(cfg), num_hosts=num_hosts,
       devices_per_host=devices_per_host, mesh=cfg.mesh,
   )
@@ -135,7 +135,7 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
       problems.append(f"--engine={cfg.engine!r} is not a registered engine;"
                       f" use one of {names}.")
   if cfg.backend == "mcjax_da":
-    from tunix_mcjax.support import disaggregated  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax.rules import disaggregated  # pylint: disable=g-import-not-at-top
 
     problems.extend(p.message for p in disaggregated.disaggregated_job(
         engine=cfg.engine, batch_size=cfg.batch_size,
@@ -147,7 +147,7 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
     for name, value in (("batch_size", cfg.batch_size),
                         ("mini_batch_size", cfg.mini_batch_size),
                         ("micro_batch_size", cfg.micro_batch_size)):
-      problem = support.global_batch(f"--{name}", value, num_hosts)
+      problem = rules.global_batch(f"--{name}", value, num_hosts)
       if problem is not None:
         problems.append(problem.message)
   if cfg.dataset.startswith("gsm8k:"):

@@ -26,7 +26,7 @@ from typing import Any
 
 import tunix_mcjax
 from tunix_mcjax import rewards_pool
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax import transfers
 from tunix_mcjax.recipes import shared_flags
 from tunix_mcjax.recipes import tasks
@@ -174,7 +174,7 @@ class GrpoJobConfig:
   # num_iterations (mu; > 1 takes old log-probs from the rollout engine).
   learner: str = _field(
       "grpo", "Tunix learner: GRPOLearner, DAPOLearner (needs --beta=0) or"
-      " DrGRPOLearner.", choices=support.LEARNERS)
+      " DrGRPOLearner.", choices=rules.LEARNERS)
   num_iterations: int = _field(
       1, "GRPO's num_iterations (mu); > 1 takes old log-probs from the"
       " engine.")
@@ -186,16 +186,16 @@ class GrpoJobConfig:
   lora_alpha: float | None = _field(  # None: equal to lora_rank (scale 1).
       None, "LoRA alpha (adapters scaled by alpha/rank); unset: the rank.")
   lora_modules: str = _field(
-      support.DEFAULT_LORA_MODULES, "Regex of the modules to adapt (qwix"
+      rules.DEFAULT_LORA_MODULES, "Regex of the modules to adapt (qwix"
       " module_path, full match).")
-  # Trainer mesh (support.MESH_KINDS): "fsdp" over every device, "hsdp"
+  # Trainer mesh (rules.MESH_KINDS): "fsdp" over every device, "hsdp"
   # (data-parallel across hosts, fsdp within a host), or "auto": fsdp when
-  # it divides the model's widths, else hsdp (support.choose_mesh).
+  # it divides the model's widths, else hsdp (rules.choose_mesh).
   mesh: str = _field(
       "auto", "Trainer mesh: fsdp over every device; hsdp = data-parallel"
       " across hosts x fsdp within a host (parameters replicated across"
       " hosts); auto = fsdp when it divides the model's widths, else hsdp"
-      " (printed).", choices=support.MESH_KINDS)
+      " (printed).", choices=rules.MESH_KINDS)
   # Reward functions scored in a per-host pool of this many worker processes
   # (tunix_mcjax.rewards_pool); 0: in-process, one after the other (Tunix).
   reward_workers: int = _field(
@@ -294,7 +294,7 @@ class GrpoJobConfig:
           "maxtext_config, maxtext_overrides and load_parameters_path need"
           " trainer='maxtext'."
       )
-    problem = support.trainer_engine(self.trainer, self.engine,
+    problem = rules.trainer_engine(self.trainer, self.engine,
                                      backend=self.backend)
     if problem is not None:
       problem.raise_()
@@ -317,9 +317,9 @@ class GrpoJobConfig:
           f"reward_workers must be >= 0 (0: in-process), got"
           f" {self.reward_workers}.")
     rewards_pool.check_timeout(self.reward_timeout_s)
-    if self.mesh not in support.MESH_KINDS:
+    if self.mesh not in rules.MESH_KINDS:
       raise ValueError(
-          f"mesh must be one of {support.MESH_KINDS}, got {self.mesh!r}."
+          f"mesh must be one of {rules.MESH_KINDS}, got {self.mesh!r}."
       )
     if self.trainer == "maxtext" and self.mesh == "hsdp":
       raise ValueError(
@@ -354,12 +354,12 @@ class GrpoJobConfig:
             " trainer='tunix'."
         )
       for problem in (
-          support.lora_settings(
+          rules.lora_settings(
               self.lora_rank, self.lora_alpha_value(), self.lora_modules,
               prefix="lora_",
               module_path_key="modules",
           ),
-          support.lora_engine(self.engine, True)
+          rules.lora_engine(self.engine, True)
           if self.backend == "mcjax" else None,
       ):
         if problem is not None:
@@ -421,9 +421,9 @@ class GrpoJobConfig:
 
   def _check_algorithm(self) -> None:
     """Learner and batch knobs: what Tunix and mcjax can run together."""
-    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
-    problem = support.learner(self.learner)
+    problem = rules.learner(self.learner)
     if problem is not None:
       raise ValueError(problem.message.replace("learner=", "--learner="))
     if self.num_iterations < 1:
@@ -452,10 +452,10 @@ class GrpoJobConfig:
       # every host, checked here before any host starts.
       balance = bool(self.optimizations().balance_admission)
       for problem in (
-          support.balanced_micro_batches(
+          rules.balanced_micro_batches(
               balance_by_length=balance, loss_agg_mode=self.loss_agg_mode(),
               micro_batch_size=micro, mini_batch_size=mini),
-          support.balanced_updates(
+          rules.balanced_updates(
               balance_by_length=balance, mini_batch_size=mini,
               batch_size=self.batch_size),
       ):
@@ -464,7 +464,7 @@ class GrpoJobConfig:
 
   def _check_packing(self) -> None:
     """--max_seq_token_per_tpu: where packing gives the unpacked losses."""
-    from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+    from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
     if self.max_seq_token_per_tpu is None:
       return
@@ -475,7 +475,7 @@ class GrpoJobConfig:
           " makes each packed row its own optimizer update; use"
           " --backend=mcjax, or compare with the unpacked run."
       )
-    problem = support.sequence_packing(
+    problem = rules.sequence_packing(
         self.max_seq_token_per_tpu, loss_agg_mode=self.loss_agg_mode(),
         num_iterations=self.num_iterations, prefix="--",
     )

@@ -283,12 +283,12 @@ def lora_published(devices):
   """A LoRA Tunix Qwen3 (rank 4, all seven projections, B made non-zero) as
   publication delivers it: (base weights, adapters), host-replicated."""
   from tunix.cli.utils import model as tunix_model_lib  # pylint: disable=g-import-not-at-top
-  from tunix_mcjax import support  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
   model = tunix_model_lib.apply_lora_to_model(
       models.create_tiny_model(_config(), seed=3), None,
       {"rank": RANK, "alpha": ALPHA,
-       "module_path": support.DEFAULT_LORA_MODULES})
+       "module_path": rules.DEFAULT_LORA_MODULES})
   keys = iter(jax.random.split(jax.random.key(0), 100))
   nnx.update(model, jax.tree.map(
       lambda x: jax.random.normal(next(keys), x.shape, x.dtype) * 0.1,

@@ -21,7 +21,7 @@ refused setting costs one line and exit status 2.
 
 from __future__ import annotations
 
-from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.rules.problem import Problem
 
 # Engines the rollout hosts can run ('vllm' where vLLM is installed:
 # .venv-maxtext-vllm; the experimental 'vllm_tpu' has not run there).

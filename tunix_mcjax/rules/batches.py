@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import copy
 from typing import Any
 
-from tunix_mcjax.support.problem import Problem
-from tunix_mcjax.support.problem import raise_first
+from tunix_mcjax.rules.problem import Problem
+from tunix_mcjax.rules.problem import raise_first
 
 # Batch knobs of Tunix's RLTrainingConfig that count the whole job's rows
 # (as in a single-controller recipe); each host's learner gets 1/H of each.

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""What the mcjax backend can run: its support rules, each stated once.
+"""What the mcjax backend can run: its rules, each stated once.
 
 The rules are checked in two places, from two views of the same job
 (`checks`):
@@ -28,7 +28,7 @@ function, so a rule and its message live in one place. The cluster raises
 the first problem; the CLI lists them all.
 
 The rules by topic, one module each (callers read every name as
-`support.<name>`, re-exported here):
+`rules.<name>`, re-exported here):
 
 * `batches`: global batch knobs over hosts, batch axes, O3's dealing,
   checkpoint intervals; `per_host_training_config`.
@@ -43,57 +43,57 @@ This package imports no JAX at module level: `check_job` runs in the process
 that launches the hosts.
 """
 
-from tunix_mcjax.support.batches import GLOBAL_BATCH_KNOBS
-from tunix_mcjax.support.batches import ROW_NORMALISED_LOSS_MODES
-from tunix_mcjax.support.batches import balanced_micro_batches
-from tunix_mcjax.support.batches import balanced_updates
-from tunix_mcjax.support.batches import batch_axes
-from tunix_mcjax.support.batches import checkpoint_interval
-from tunix_mcjax.support.batches import data_sharding_axes
-from tunix_mcjax.support.batches import global_batch
-from tunix_mcjax.support.batches import per_host_training_config
-from tunix_mcjax.support.checks import JobCheck
-from tunix_mcjax.support.checks import check_cluster
-from tunix_mcjax.support.checks import check_job
-from tunix_mcjax.support.checks import same_mesh
-from tunix_mcjax.support.engines import MAXTEXT_ENGINES
-from tunix_mcjax.support.engines import MCJAX_ENGINE_PREFIX
-from tunix_mcjax.support.engines import TUNIX_ENGINES
-from tunix_mcjax.support.engines import VANILLA_ENGINE
-from tunix_mcjax.support.engines import mcjax_engine_name
-from tunix_mcjax.support.engines import missing_modules
-from tunix_mcjax.support.engines import rollout_engine
-from tunix_mcjax.support.engines import trainer_engine
-from tunix_mcjax.support.learners import LEARNERS
-from tunix_mcjax.support.learners import PACKING_LOSS_MODE
-from tunix_mcjax.support.learners import UNSUPPORTED_ROLES
-from tunix_mcjax.support.learners import disjoint_role
-from tunix_mcjax.support.learners import learner
-from tunix_mcjax.support.learners import offload_to_cpu
-from tunix_mcjax.support.learners import sequence_packing
-from tunix_mcjax.support.learners import training_mode
-from tunix_mcjax.support.learners import unsupported_role
-from tunix_mcjax.support.lora import DEFAULT_LORA_MODULES
-from tunix_mcjax.support.lora import LORA_ENGINES
-from tunix_mcjax.support.lora import QWEN3_LORA_TARGETS
-from tunix_mcjax.support.lora import lora_engine
-from tunix_mcjax.support.lora import lora_module_paths
-from tunix_mcjax.support.lora import lora_settings
-from tunix_mcjax.support.meshes import BATCH_AXES
-from tunix_mcjax.support.meshes import DATA_AXIS
-from tunix_mcjax.support.meshes import FSDP_DIMS
-from tunix_mcjax.support.meshes import MESH_AXIS_NAMES
-from tunix_mcjax.support.meshes import MESH_KINDS
-from tunix_mcjax.support.meshes import MeshChoice
-from tunix_mcjax.support.meshes import TP_DIMS
-from tunix_mcjax.support.meshes import choose_mesh
-from tunix_mcjax.support.meshes import config_mesh
-from tunix_mcjax.support.meshes import hf_model_dims
-from tunix_mcjax.support.meshes import host_blocks
-from tunix_mcjax.support.meshes import mesh_layout
-from tunix_mcjax.support.meshes import topology_order
-from tunix_mcjax.support.problem import Problem
-from tunix_mcjax.support.problem import raise_first
+from tunix_mcjax.rules.batches import GLOBAL_BATCH_KNOBS
+from tunix_mcjax.rules.batches import ROW_NORMALISED_LOSS_MODES
+from tunix_mcjax.rules.batches import balanced_micro_batches
+from tunix_mcjax.rules.batches import balanced_updates
+from tunix_mcjax.rules.batches import batch_axes
+from tunix_mcjax.rules.batches import checkpoint_interval
+from tunix_mcjax.rules.batches import data_sharding_axes
+from tunix_mcjax.rules.batches import global_batch
+from tunix_mcjax.rules.batches import per_host_training_config
+from tunix_mcjax.rules.checks import JobCheck
+from tunix_mcjax.rules.checks import check_cluster
+from tunix_mcjax.rules.checks import check_job
+from tunix_mcjax.rules.checks import same_mesh
+from tunix_mcjax.rules.engines import MAXTEXT_ENGINES
+from tunix_mcjax.rules.engines import MCJAX_ENGINE_PREFIX
+from tunix_mcjax.rules.engines import TUNIX_ENGINES
+from tunix_mcjax.rules.engines import VANILLA_ENGINE
+from tunix_mcjax.rules.engines import mcjax_engine_name
+from tunix_mcjax.rules.engines import missing_modules
+from tunix_mcjax.rules.engines import rollout_engine
+from tunix_mcjax.rules.engines import trainer_engine
+from tunix_mcjax.rules.learners import LEARNERS
+from tunix_mcjax.rules.learners import PACKING_LOSS_MODE
+from tunix_mcjax.rules.learners import UNSUPPORTED_ROLES
+from tunix_mcjax.rules.learners import disjoint_role
+from tunix_mcjax.rules.learners import learner
+from tunix_mcjax.rules.learners import offload_to_cpu
+from tunix_mcjax.rules.learners import sequence_packing
+from tunix_mcjax.rules.learners import training_mode
+from tunix_mcjax.rules.learners import unsupported_role
+from tunix_mcjax.rules.lora import DEFAULT_LORA_MODULES
+from tunix_mcjax.rules.lora import LORA_ENGINES
+from tunix_mcjax.rules.lora import QWEN3_LORA_TARGETS
+from tunix_mcjax.rules.lora import lora_engine
+from tunix_mcjax.rules.lora import lora_module_paths
+from tunix_mcjax.rules.lora import lora_settings
+from tunix_mcjax.rules.meshes import BATCH_AXES
+from tunix_mcjax.rules.meshes import DATA_AXIS
+from tunix_mcjax.rules.meshes import FSDP_DIMS
+from tunix_mcjax.rules.meshes import MESH_AXIS_NAMES
+from tunix_mcjax.rules.meshes import MESH_KINDS
+from tunix_mcjax.rules.meshes import MeshChoice
+from tunix_mcjax.rules.meshes import TP_DIMS
+from tunix_mcjax.rules.meshes import choose_mesh
+from tunix_mcjax.rules.meshes import config_mesh
+from tunix_mcjax.rules.meshes import hf_model_dims
+from tunix_mcjax.rules.meshes import host_blocks
+from tunix_mcjax.rules.meshes import mesh_layout
+from tunix_mcjax.rules.meshes import topology_order
+from tunix_mcjax.rules.problem import Problem
+from tunix_mcjax.rules.problem import raise_first
 
 __all__ = [
     # batches

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.rules.problem import Problem
 
 # Tunix's name of its own engine; under mcjax it means the native engine.
 VANILLA_ENGINE = "vanilla"

@@ -26,27 +26,27 @@ from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 from typing import Any
 
-from tunix_mcjax.support.batches import GLOBAL_BATCH_KNOBS
-from tunix_mcjax.support.batches import balanced_micro_batches
-from tunix_mcjax.support.batches import balanced_updates
-from tunix_mcjax.support.batches import batch_axes
-from tunix_mcjax.support.batches import checkpoint_interval
-from tunix_mcjax.support.batches import data_sharding_axes
-from tunix_mcjax.support.batches import global_batch
-from tunix_mcjax.support.engines import VANILLA_ENGINE
-from tunix_mcjax.support.engines import rollout_engine
-from tunix_mcjax.support.learners import UNSUPPORTED_ROLES
-from tunix_mcjax.support.learners import disjoint_role
-from tunix_mcjax.support.learners import offload_to_cpu
-from tunix_mcjax.support.learners import sequence_packing
-from tunix_mcjax.support.learners import training_mode
-from tunix_mcjax.support.learners import unsupported_role
-from tunix_mcjax.support.lora import lora_engine
-from tunix_mcjax.support.lora import lora_settings
-from tunix_mcjax.support.meshes import host_blocks
-from tunix_mcjax.support.meshes import mesh_layout
-from tunix_mcjax.support.problem import Problem
-from tunix_mcjax.support.problem import raise_first
+from tunix_mcjax.rules.batches import GLOBAL_BATCH_KNOBS
+from tunix_mcjax.rules.batches import balanced_micro_batches
+from tunix_mcjax.rules.batches import balanced_updates
+from tunix_mcjax.rules.batches import batch_axes
+from tunix_mcjax.rules.batches import checkpoint_interval
+from tunix_mcjax.rules.batches import data_sharding_axes
+from tunix_mcjax.rules.batches import global_batch
+from tunix_mcjax.rules.engines import VANILLA_ENGINE
+from tunix_mcjax.rules.engines import rollout_engine
+from tunix_mcjax.rules.learners import UNSUPPORTED_ROLES
+from tunix_mcjax.rules.learners import disjoint_role
+from tunix_mcjax.rules.learners import offload_to_cpu
+from tunix_mcjax.rules.learners import sequence_packing
+from tunix_mcjax.rules.learners import training_mode
+from tunix_mcjax.rules.learners import unsupported_role
+from tunix_mcjax.rules.lora import lora_engine
+from tunix_mcjax.rules.lora import lora_settings
+from tunix_mcjax.rules.meshes import host_blocks
+from tunix_mcjax.rules.meshes import mesh_layout
+from tunix_mcjax.rules.problem import Problem
+from tunix_mcjax.rules.problem import raise_first
 
 
 # --- the cluster's view: objects ----------------------------------------------

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The mcjax support rules (tunix_mcjax/support/), as plain unit tests.
+"""The mcjax support rules (tunix_mcjax/rules/), as plain unit tests.
 
 The same rules run in the cluster (tests/test_cluster.py, two hosts) and in
 the CLI (tests/cli/test_grpo_main.py); here each rule on its own, the CLI's
@@ -25,7 +25,7 @@ import types
 
 import pytest
 
-from tunix_mcjax import support
+from tunix_mcjax import rules
 
 
 def _training(**kw):
@@ -38,61 +38,61 @@ def _training(**kw):
 
 
 def test_importing_support_starts_no_jax():
-  code = ("import sys, tunix_mcjax.support;"
+  code = ("import sys, tunix_mcjax.rules;"
           " assert 'jax' not in sys.modules, 'jax imported'")
   subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_problem_validation():
   with pytest.raises(ValueError, match="message"):
-    support.Problem(message="")
+    rules.Problem(message="")
   with pytest.raises(TypeError, match="exception type"):
-    support.Problem(message="x", error=str)
+    rules.Problem(message="x", error=str)
   with pytest.raises(NotImplementedError, match="^x$"):
-    support.Problem(message="x", error=NotImplementedError).raise_()
+    rules.Problem(message="x", error=NotImplementedError).raise_()
 
 
 def test_each_rule_passes_what_mcjax_runs():
-  assert support.training_mode("grpo") is None
-  assert support.rollout_engine("vanilla", ["native"]) is None
-  assert support.rollout_engine("native", ["native"]) is None
-  assert support.lora_engine("vllm", False) is None
-  assert support.lora_engine("native", True) is None
-  assert support.lora_settings(8, 16.0, support.DEFAULT_LORA_MODULES) is None
-  assert support.offload_to_cpu(False) is None
-  assert support.data_sharding_axes(("fsdp",), ("fsdp", "tp")) is None
-  assert support.global_batch("batch_size", 8, 4) is None
-  assert support.global_batch("batch_size", None, 3) is None
-  assert support.sequence_packing(None) is None
-  assert support.sequence_packing(64, loss_agg_mode="token-mean") is None
-  assert support.mesh_layout((4, 1), num_hosts=2, devices_per_host=None) == (
+  assert rules.training_mode("grpo") is None
+  assert rules.rollout_engine("vanilla", ["native"]) is None
+  assert rules.rollout_engine("native", ["native"]) is None
+  assert rules.lora_engine("vllm", False) is None
+  assert rules.lora_engine("native", True) is None
+  assert rules.lora_settings(8, 16.0, rules.DEFAULT_LORA_MODULES) is None
+  assert rules.offload_to_cpu(False) is None
+  assert rules.data_sharding_axes(("fsdp",), ("fsdp", "tp")) is None
+  assert rules.global_batch("batch_size", 8, 4) is None
+  assert rules.global_batch("batch_size", None, 3) is None
+  assert rules.sequence_packing(None) is None
+  assert rules.sequence_packing(64, loss_agg_mode="token-mean") is None
+  assert rules.mesh_layout((4, 1), num_hosts=2, devices_per_host=None) == (
       2, None)
 
 
 @pytest.mark.parametrize("problem, error, message", [
-    (lambda: support.training_mode("agentic_grpo"), NotImplementedError,
+    (lambda: rules.training_mode("agentic_grpo"), NotImplementedError,
      "agentic GRPO is not supported"),
-    (lambda: support.rollout_engine("sglang_jax", ["native", "vllm"]),
+    (lambda: rules.rollout_engine("sglang_jax", ["native", "vllm"]),
      ValueError, "rollout_engine='sglang_jax': mcjax has no host-local"
      " SGLang-JAX engine; set rollout_engine=vanilla"),
-    (lambda: support.unsupported_role("critic_model_config"),
+    (lambda: rules.unsupported_role("critic_model_config"),
      NotImplementedError, "critic_model_config is set"),
-    (lambda: support.lora_engine("other", True), NotImplementedError,
+    (lambda: rules.lora_engine("other", True), NotImplementedError,
      "engine='other' with a LoRA actor"),
-    (lambda: support.lora_settings(0, 8, ".*q_proj"), ValueError,
+    (lambda: rules.lora_settings(0, 8, ".*q_proj"), ValueError,
      "rank=0: a LoRA rank must be an integer >= 1"),
-    (lambda: support.lora_settings(8, 8, ".*nothing"), ValueError,
+    (lambda: rules.lora_settings(8, 8, ".*nothing"), ValueError,
      "module_path='.*nothing' matches no module"),
-    (lambda: support.offload_to_cpu(True), ValueError,
+    (lambda: rules.offload_to_cpu(True), ValueError,
      "offload_to_cpu is not supported by mcjax"),
-    (lambda: support.disjoint_role("rollout", cause="C", fix="F."),
+    (lambda: rules.disjoint_role("rollout", cause="C", fix="F."),
      ValueError, "C; mcjax is colocated"),
-    (lambda: support.data_sharding_axes(("dp",), ("fsdp", "tp")), ValueError,
+    (lambda: rules.data_sharding_axes(("dp",), ("fsdp", "tp")), ValueError,
      "data_sharding_axis=['dp'] names axes ['dp'] missing"),
-    (lambda: support.global_batch("x.mini_batch_size", 3, 2), ValueError,
+    (lambda: rules.global_batch("x.mini_batch_size", 3, 2), ValueError,
      "x.mini_batch_size=3 is global and must divide over 2 hosts; use a"
      " multiple of 2."),
-    (lambda: support.sequence_packing(
+    (lambda: rules.sequence_packing(
         64, loss_agg_mode="sequence-mean-token-mean"), NotImplementedError,
      "max_seq_token_per_tpu (sequence packing) with"
      " loss_agg_mode='sequence-mean-token-mean'"),
@@ -110,7 +110,7 @@ def test_each_rule_names_the_problem_and_the_fix(problem, error, message):
     ((1, 4), 4, None, 1, "tp=4 must divide the 1 devices of a host"),
 ])
 def test_mesh_layout(shape, hosts, devices, expected, message):
-  got, problem = support.mesh_layout(
+  got, problem = rules.mesh_layout(
       shape, num_hosts=hosts, devices_per_host=devices)
   assert got == expected
   assert message in problem.message
@@ -118,14 +118,14 @@ def test_mesh_layout(shape, hosts, devices, expected, message):
 
 def test_per_host_training_config_divides_global_knobs():
   tc = _training(mini_batch_size=8, train_micro_batch_size=4)
-  local = support.per_host_training_config(tc, 4)
+  local = rules.per_host_training_config(tc, 4)
   assert (local.mini_batch_size, local.train_micro_batch_size) == (2, 1)
   assert local.rollout_micro_batch_size is None
   assert tc.mini_batch_size == 8  # A copy: the job's config is unchanged.
   with pytest.raises(ValueError,
                      match=r"training_config.mini_batch_size=8 is global and"
                      r" must divide over 3 hosts"):
-    support.per_host_training_config(tc, 3)
+    rules.per_host_training_config(tc, 3)
 
 
 COLOCATED = {
@@ -139,12 +139,12 @@ def _check(config, **kw):
   args = dict(num_hosts=2, devices_per_host=None, engine_names=["native"],
               mesh_shape=(4, 1), mesh_axis_names=("fsdp", "tp"))
   args.update(kw)
-  return support.check_job(config, **args)
+  return rules.check_job(config, **args)
 
 
 def test_check_job_passes_a_colocated_config():
   check = _check(COLOCATED)
-  assert check == support.JobCheck(devices_per_host=2, problems=())
+  assert check == rules.JobCheck(devices_per_host=2, problems=())
   assert _check(COLOCATED, num_hosts=4).devices_per_host == 1
   # Without a parsed mesh there is nothing to derive the devices from.
   assert _check(COLOCATED, mesh_shape=None).devices_per_host is None
@@ -192,7 +192,7 @@ def test_check_job_lists_every_problem():
 def test_cluster_and_cli_state_a_shared_rule_alike():
   cli = _check({**COLOCATED, "batch_size": 6}, num_hosts=4).problems
   with pytest.raises(ValueError) as e:
-    support.per_host_training_config(_training(mini_batch_size=6), 4)
+    rules.per_host_training_config(_training(mini_batch_size=6), 4)
   assert cli == ("batch_size=6 is global and must divide over 4 hosts; use a"
                  " multiple of 4.",)
   assert str(e.value) == ("training_config.mini_batch_size=6 is global and"
@@ -230,11 +230,11 @@ def cluster_inputs():
 
 def test_check_cluster_passes_a_colocated_cluster(cluster_inputs):
   c = cluster_inputs
-  support.check_cluster(actor=c.actor, critic=None, reward=None,
+  rules.check_cluster(actor=c.actor, critic=None, reward=None,
                         cluster_config=c.config())
   # One host: any order of its devices is one block (tests/test_meshes.py
   # has the multi-host orders).
-  support.check_cluster(actor=c.actor, critic=None, reward=None,
+  rules.check_cluster(actor=c.actor, critic=None, reward=None,
                         cluster_config=c.config(roles={c.Role.ACTOR: c.other}))
 
 
@@ -264,5 +264,5 @@ def test_check_cluster_refuses(cluster_inputs):
               cluster_config=c.config())
     kw.update(overrides)
     with pytest.raises(error) as e:
-      support.check_cluster(**kw)
+      rules.check_cluster(**kw)
     assert message in str(e.value), (overrides, str(e.value))

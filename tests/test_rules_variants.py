@@ -20,16 +20,16 @@ import numpy as np
 import pytest
 
 from tunix_mcjax import admission
-from tunix_mcjax import support
+from tunix_mcjax import rules
 from tunix_mcjax.recipes import grpo_job
 
 
 def test_tunix_engine_names_mean_what_they_mean_in_tunix():
   names = ["native", "vllm", "vllm_tpu"]
-  assert support.rollout_engine("vanilla", names) is None
-  assert support.rollout_engine("vllm_tpu", names) is None
+  assert rules.rollout_engine("vanilla", names) is None
+  assert rules.rollout_engine("vllm_tpu", names) is None
   # mcjax's 'vllm' is PyTorch vLLM: never taken for Tunix's tpu-inference.
-  problem = support.rollout_engine("vllm", names)
+  problem = rules.rollout_engine("vllm", names)
   assert problem is not None
   assert "in Tunix this is tpu-inference's vLLM" in problem.message
   assert "'vllm_tpu'" in problem.message and "--engine" in problem.message
@@ -37,28 +37,28 @@ def test_tunix_engine_names_mean_what_they_mean_in_tunix():
 
 def test_learners():
   for name in ("grpo", "dapo", "drgrpo"):
-    assert support.learner(name) is None
-  ppo = support.learner("ppo")
+    assert rules.learner(name) is None
+  ppo = rules.learner("ppo")
   assert ppo.error is NotImplementedError
   assert "critic" in ppo.message
 
 
-@pytest.mark.parametrize("mode", support.ROW_NORMALISED_LOSS_MODES)
+@pytest.mark.parametrize("mode", rules.ROW_NORMALISED_LOSS_MODES)
 def test_o3_keeps_row_normalised_losses(mode):
-  assert support.balanced_micro_batches(
+  assert rules.balanced_micro_batches(
       balance_by_length=True, loss_agg_mode=mode, micro_batch_size=2,
       mini_batch_size=4) is None
 
 
 def test_o3_refuses_token_mean_over_several_micro_batches():
-  problem = support.balanced_micro_batches(
+  problem = rules.balanced_micro_batches(
       balance_by_length=True, loss_agg_mode="token-mean",
       micro_batch_size=2, mini_batch_size=4)
   assert "loss_agg_mode='token-mean' with balance_admission" in (
       problem.message)
   # One micro-batch per update, or O3 off: exact for every mode.
   for balance, micro in ((True, 4), (False, 2)):
-    assert support.balanced_micro_batches(
+    assert rules.balanced_micro_batches(
         balance_by_length=balance, loss_agg_mode="token-mean",
         micro_batch_size=micro, mini_batch_size=4) is None
 
@@ -108,11 +108,11 @@ def test_job_counts_optimizer_updates():
 
 def test_o3_with_several_updates_per_batch_is_refused_before_hosts_start():
   """Admission refuses it on every host; the job config refuses it first."""
-  problem = support.balanced_updates(balance_by_length=True,
+  problem = rules.balanced_updates(balance_by_length=True,
                                      mini_batch_size=4, batch_size=8)
   assert "mini_batch_size=4 < batch_size=8" in problem.message
   for balance, mini in ((True, 8), (False, 4), (True, None)):
-    assert support.balanced_updates(balance_by_length=balance,
+    assert rules.balanced_updates(balance_by_length=balance,
                                     mini_batch_size=mini, batch_size=8) is None
   # Row-normalised loss (GRPO's default), one micro-batch per update: only
   # the several updates per batch are left to refuse.

@@ -27,7 +27,7 @@ import itertools
 import math
 from typing import Any
 
-from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.rules.problem import Problem
 
 # `--mesh` values: "auto" picks fsdp when it divides the model, else hsdp.
 MESH_KINDS = ("auto", "fsdp", "hsdp")
@@ -191,7 +191,7 @@ def config_mesh(
 
   Args:
     shape: `actor_model_config.mesh.shape` (its size already checked against
-      the job by `support.mesh_layout`).
+      the job by `rules.mesh_layout`).
     axis_names: Its axis names; None: the kind's defaults.
     mesh: "auto", "fsdp" or "hsdp".
     num_hosts: Hosts in the job.

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import re
 from typing import Any
 
-from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.rules.problem import Problem
 
 # Engines that take a LoRA actor: native holds base + adapters; vllm and
 # vllm_tpu (tpu-inference's mapping, `with_lora`) merge the adapters into

@@ -18,7 +18,7 @@ packing keeps."""
 
 from __future__ import annotations
 
-from tunix_mcjax.support.problem import Problem
+from tunix_mcjax.rules.problem import Problem
 
 # Learners mcjax runs (Tunix's GRPO family); PPO needs a critic model.
 LEARNERS = ("grpo", "dapo", "drgrpo")
