@@ -16,6 +16,8 @@
 
 * A host SIGKILLed in the middle of a real training run: the job exits
   non-zero within 30 s, naming the host, and leaves no process behind.
+* A host stopped (SIGSTOP) mid-run: the other host's step watchdog ends it
+  within --step_timeout_s, naming the step, and the job ends.
 * A wrong flag or bad data: one line naming the fix, exit 2, no traceback,
   before any host starts.
 """
@@ -33,6 +35,8 @@ import example_runs
 import launch_utils
 import pytest
 
+from tunix_mcjax import step_watchdog
+
 EXAMPLE = example_runs.EXAMPLE
 _TINY = ("--backend=mcjax", "--num_hosts=2", "--devices_per_host=1",
          "--batch_size=2", "--num_generations=2")
@@ -47,45 +51,104 @@ def _host_pids(launcher_stderr: str) -> dict[str, int]:
   return {}
 
 
+class _RunningJob:
+  """The example's 2-host job, started and past its first step."""
+
+  def __init__(self, tmp_path, *flags: str):
+    self.metrics = tmp_path / "metrics.jsonl"
+    self.err_file = tmp_path / "err.txt"
+    with open(tmp_path / "out.txt", "w") as out, \
+        open(self.err_file, "w") as err:
+      self.proc = subprocess.Popen(
+          [sys.executable, str(EXAMPLE), *_TINY, "--steps=500",
+           f"--metrics_out={self.metrics}", "--timeout=500", *flags],
+          env=launch_utils.launcher_env(), stdout=out, stderr=err)
+    self.hosts: dict[str, int] = {}
+
+  def wait_for_the_first_step(self) -> None:
+    deadline = time.monotonic() + 400
+    # Training is under way once the first step's record is written; the
+    # next step is then running on both hosts.
+    while not (self.metrics.exists() and self.metrics.read_text().strip()):
+      assert self.proc.poll() is None, self.stderr()[-3000:]
+      assert time.monotonic() < deadline, "no step finished in 400 s"
+      time.sleep(0.2)
+    self.hosts = _host_pids(self.stderr())
+    assert set(self.hosts) == {"0", "1"}, self.hosts
+    children = set(launch_utils.children(self.proc.pid))
+    assert set(self.hosts.values()) <= children, (self.hosts, children)
+
+  def stderr(self) -> str:
+    return self.err_file.read_text()
+
+  def records(self) -> list[dict[str, object]]:
+    return [json.loads(l) for l in self.metrics.read_text().splitlines()]
+
+  def end(self) -> None:
+    if self.proc.poll() is None:
+      self.proc.kill()
+      self.proc.wait()
+    for pid in self.hosts.values():  # A stopped host the test left behind.
+      if launch_utils.is_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.multihost
 @pytest.mark.e2e
 def test_a_host_killed_mid_run_stops_the_job_naming_it(tmp_path):
   launch_utils.require_markers("multihost", "e2e")
-  metrics = tmp_path / "metrics.jsonl"
-  with open(tmp_path / "out.txt", "w") as out, \
-      open(tmp_path / "err.txt", "w") as err:
-    proc = subprocess.Popen(
-        [sys.executable, str(EXAMPLE), *_TINY, "--steps=500",
-         f"--metrics_out={metrics}", "--timeout=500"],
-        env=launch_utils.launcher_env(), stdout=out, stderr=err)
+  job = _RunningJob(tmp_path)
   try:
-    deadline = time.monotonic() + 400
-    # Training is under way once the first step's record is written; the
-    # next step is then running on both hosts.
-    while not (metrics.exists() and metrics.read_text().strip()):
-      assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
-      assert time.monotonic() < deadline, "no step finished in 400 s"
-      time.sleep(0.2)
-    hosts = _host_pids((tmp_path / "err.txt").read_text())
-    assert set(hosts) == {"0", "1"}, hosts
-    children = set(launch_utils.children(proc.pid))
-    assert set(hosts.values()) <= children, (hosts, children)
-    os.kill(hosts["1"], signal.SIGKILL)
+    job.wait_for_the_first_step()
+    os.kill(job.hosts["1"], signal.SIGKILL)
     killed = time.monotonic()
-    status = proc.wait(timeout=60)
+    status = job.proc.wait(timeout=60)
     elapsed = time.monotonic() - killed
   finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
-  stderr = (tmp_path / "err.txt").read_text()
+    job.end()
+  stderr = job.stderr()
   assert status == 128 + signal.SIGKILL, stderr[-3000:]
   assert "error: job failed: host 1 was killed by SIGKILL" in stderr, (
       stderr[-3000:])
   assert elapsed < 30, f"the job took {elapsed:.1f} s to stop"
-  records = [json.loads(l) for l in metrics.read_text().splitlines()]
-  assert 1 <= len(records) < 500
-  launch_utils.assert_no_survivors(list(hosts.values()))
+  assert 1 <= len(job.records()) < 500
+  launch_utils.assert_no_survivors(list(job.hosts.values()))
+
+
+# The watchdog's limit in the stopped-host test: far above a step of this
+# tiny job (well under a second after the first), far below JAX's heartbeat
+# timeout (100 s), which would otherwise end the job.
+_STEP_TIMEOUT_S = 20
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_a_stopped_host_is_caught_by_the_other_hosts_step_watchdog(tmp_path):
+  # SIGSTOP: the host neither dies nor answers, as a frozen machine; its
+  # peer waits in the next step's collective. The launcher would wait for
+  # --timeout (500 s); the peer's step watchdog stops it within its limit,
+  # naming itself, the step and the phase, and the job ends.
+  launch_utils.require_markers("multihost", "e2e")
+  job = _RunningJob(tmp_path, f"--step_timeout_s={_STEP_TIMEOUT_S}")
+  try:
+    job.wait_for_the_first_step()
+    os.kill(job.hosts["1"], signal.SIGSTOP)
+    stopped = time.monotonic()
+    status = job.proc.wait(timeout=_STEP_TIMEOUT_S + 90)
+    elapsed = time.monotonic() - stopped
+  finally:
+    job.end()
+  stderr = job.stderr()
+  assert status == step_watchdog.EXIT_STATUS, stderr[-3000:]
+  lines = [l for l in stderr.splitlines()
+           if "[mcjax] error: host 0 (" in l and "has not ended" in l]
+  assert len(lines) == 1, stderr[-3000:]
+  assert f"(--step_timeout_s {_STEP_TIMEOUT_S})" in lines[0]
+  assert "error: job failed: host 0 exited with status 3" in stderr, (
+      stderr[-3000:])
+  assert elapsed < _STEP_TIMEOUT_S + 30, (
+      f"the job took {elapsed:.1f} s to stop")
+  launch_utils.assert_no_survivors(list(job.hosts.values()))
 
 
 def _run_example(*args: str) -> subprocess.CompletedProcess[str]:

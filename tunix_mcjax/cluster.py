@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,7 @@ from tunix_mcjax import host_optimizations
 from tunix_mcjax import packing
 from tunix_mcjax import runtime
 from tunix_mcjax import rules
+from tunix_mcjax import step_watchdog
 from tunix_mcjax import telemetry
 from tunix_mcjax.telemetry import learner_metrics
 from tunix_mcjax import transfers
@@ -250,6 +252,12 @@ class McJaxRLCluster(compat.RLCluster):
           on_stats=lambda stats: self.step_clock.add_packing(stats),
       )
     self.telemetry.start_step(self.global_steps + 1)
+    # Once this process's first step (which compiles) has ended, a step
+    # that does not end in time ends this host, naming it.
+    self.watchdog = step_watchdog.StepWatchdog(
+        timeout_s=self.options.step_timeout_s,
+        host=f"host {self.host_index} ({socket.gethostname()})",
+        current_phase=lambda: self.step_clock.current)
 
   def _engine_factory(self, name: str) -> Any:
     """The engine class (or factory) for the registered engine `name`."""
@@ -521,6 +529,7 @@ class McJaxRLCluster(compat.RLCluster):
     """Closes the step's ledger entry and hands the step to the telemetry
     (one tiny all-gather; host 0 reports)."""
     closed = self.ledger.close_step()
+    self.watchdog.step_ended(self.global_steps)
     self.checkpoints.step_closed(closed.batch)
     batch = closed.batch.stats if closed.batch is not None else None
     with transfers.deliberate("step_record"):
@@ -561,6 +570,7 @@ class McJaxRLCluster(compat.RLCluster):
     if self._closed:
       return
     self._closed = True
+    self.watchdog.close()
     try:
       self.checkpoints.save_final(self.actor_trainer, self.global_steps)
       super().close()

@@ -33,6 +33,7 @@ from tunix_mcjax import admission as admission_lib
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import packing
 from tunix_mcjax import rules
+from tunix_mcjax import step_watchdog
 from tunix_mcjax import transfers
 from tunix_mcjax.engines import base as engine_base
 
@@ -69,6 +70,9 @@ class McJaxOptions:
       others' packed-row counts (K) before it stops with an error.
     transfer_guard: JAX's transfer guard over the backend's calls of every
       step after the first ("allow", "log", "disallow"; `transfers`).
+    step_timeout_s: the most the time between two step ends may be on a
+      host once its first step has ended (`step_watchdog`); then the host
+      stops, naming the step and phase. None: no watchdog.
   """
 
   engine: str | None = None
@@ -85,9 +89,11 @@ class McJaxOptions:
   resume_step: int | None = None
   packing_timeout_s: float = packing.DEFAULT_AGREEMENT_TIMEOUT_S
   transfer_guard: str = "allow"
+  step_timeout_s: float | None = step_watchdog.DEFAULT_STEP_TIMEOUT_S
 
   def __post_init__(self):
     transfers.check_level(self.transfer_guard)
+    step_watchdog.check_timeout(self.step_timeout_s)
     if not self.packing_timeout_s > 0:
       raise ValueError(
           f"packing_timeout_s must be > 0 seconds, got"

@@ -68,6 +68,7 @@ METRICS_OUT = _job_flag("metrics_out")
 TRANSFER_GUARD = _job_flag("transfer_guard")
 REWARD_WORKERS = _job_flag("reward_workers")
 REWARD_TIMEOUT_S = _job_flag("reward_timeout_s")
+STEP_TIMEOUT_S = _job_flag("step_timeout_s")
 PLACEMENT_INVARIANT = flags.DEFINE_bool(
     "placement_invariant_sampling",
     False,
@@ -156,4 +157,5 @@ def options_from_flags() -> CliOptions:
       resume_step=RESUME_STEP.value,
       params_out=PARAMS_OUT.value,
       transfer_guard=TRANSFER_GUARD.value,
+      step_timeout_s=STEP_TIMEOUT_S.value,
   )

@@ -23,6 +23,7 @@ import tunix_mcjax
 from tunix_mcjax import host_optimizations
 from tunix_mcjax import rewards_pool
 from tunix_mcjax import rules
+from tunix_mcjax import step_watchdog
 
 # The stock backend, the default; the others as the registry lists them.
 DEFAULT_BACKEND = "tunix"
@@ -80,6 +81,8 @@ class CliOptions:
     transfer_guard: mcjax and mcjax_da (its trainer hosts) only: JAX's
       transfer guard over the backend's calls after the first step
       (`tunix_mcjax.transfers`).
+    step_timeout_s: mcjax and mcjax_da only: the most a host's step after
+      its first may take before the host stops (`tunix_mcjax.step_watchdog`).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -102,6 +105,7 @@ class CliOptions:
   resume_step: int | None = None
   params_out: str | None = None
   transfer_guard: str = "allow"
+  step_timeout_s: float = step_watchdog.DEFAULT_STEP_TIMEOUT_S
 
   def __post_init__(self):
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
@@ -121,8 +125,14 @@ class CliOptions:
           " in-process).")
     try:
       rewards_pool.check_timeout(self.reward_timeout_s)
+      step_watchdog.check_timeout(self.step_timeout_s)
     except ValueError as e:
       raise ConfigError(str(e)) from None
+    if (self.step_timeout_s != step_watchdog.DEFAULT_STEP_TIMEOUT_S
+        and self.backend not in ("mcjax", "mcjax_da")):
+      raise ConfigError(
+          f"--step_timeout_s applies to --backend=mcjax and mcjax_da only,"
+          f" not --backend={self.backend}.")
     if self.backend not in BACKENDS:
       raise ConfigError(
           f"--backend={self.backend!r} is not one of {list(BACKENDS)}."

@@ -383,6 +383,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         engine=self.options.engine,
         optimizations=self.options.optimizations(),
         transfer_guard=self.options.transfer_guard,
+        step_timeout_s=self.options.step_timeout_s,
         checkpoint_fingerprint=self.checkpoint_fingerprint(),
         resume_step=self.options.resume_step,
     )

@@ -400,6 +400,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             checkpoint_fingerprint=cfg.checkpoint_fingerprint(),
             resume_step=cfg.resume_step,
             transfer_guard=cfg.transfer_guard,
+            step_timeout_s=cfg.step_timeout_s,
         ),
         **da,
         **common,

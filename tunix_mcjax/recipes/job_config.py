@@ -27,6 +27,7 @@ from typing import Any
 import tunix_mcjax
 from tunix_mcjax import rewards_pool
 from tunix_mcjax import rules
+from tunix_mcjax import step_watchdog
 from tunix_mcjax import transfers
 from tunix_mcjax.recipes import shared_flags
 from tunix_mcjax.recipes import tasks
@@ -219,6 +220,15 @@ class GrpoJobConfig:
       " every step after the first; 'disallow' raises on an implicit"
       " host<->device transfer (docs/design.md lists the deliberate ones).",
       choices=transfers.GUARD_LEVELS)
+  # mcjax, mcjax_da: a host whose step (after its first) does not end in
+  # time stops, naming the step and phase (tunix_mcjax.step_watchdog).
+  step_timeout_s: float = _field(
+      step_watchdog.DEFAULT_STEP_TIMEOUT_S, "mcjax, mcjax_da: seconds a"
+      " host's training step may take after its first (which compiles),"
+      " evaluation and checkpoint saves between steps included; then the"
+      " host stops, naming the step and phase. Catches a collective that"
+      " hangs on a stopped or cut-off host on a cluster, where no launcher"
+      " watches. A huge value all but turns it off.")
   # Prompts longer than max_prompt_length: an error naming the row (False),
   # or dropped from the global dataset before dealing, with a count (True).
   skip_long_prompts: bool = _field(
@@ -317,6 +327,12 @@ class GrpoJobConfig:
           f"reward_workers must be >= 0 (0: in-process), got"
           f" {self.reward_workers}.")
     rewards_pool.check_timeout(self.reward_timeout_s)
+    step_watchdog.check_timeout(self.step_timeout_s)
+    if (self.step_timeout_s != step_watchdog.DEFAULT_STEP_TIMEOUT_S
+        and self.backend not in ("mcjax", "mcjax_da")):
+      raise ValueError(
+          f"--step_timeout_s watches the hosts of the mcjax and mcjax_da"
+          f" backends; --backend={self.backend} does not take it.")
     if self.mesh not in rules.MESH_KINDS:
       raise ValueError(
           f"mesh must be one of {rules.MESH_KINDS}, got {self.mesh!r}."

@@ -147,6 +147,9 @@ class StepClock:
 
   def __init__(self, gc_policy: host_optimizations.GcPolicy | None = None):
     self._gc_policy = gc_policy
+    # The innermost phase running now and since when (time.monotonic()), or
+    # None: what the step watchdog names when a step hangs.
+    self.current: tuple[str, float] | None = None
     self.reset(time.perf_counter())
 
   def reset(self, now: float, carried_export_s: float = 0.0) -> None:
@@ -183,10 +186,14 @@ class StepClock:
     microsecond.
     """
     t0 = time.perf_counter()
+    outer = self.current
+    self.current = (f"{name} (cross-host)" if cross_host else name,
+                    time.monotonic())
     try:
       with jax.profiler.TraceAnnotation(records.PHASE_TRACE_PREFIX + name):
         yield
     finally:
+      self.current = outer
       dt = time.perf_counter() - t0
       self.phases[name] += dt
       if cross_host is not None:
