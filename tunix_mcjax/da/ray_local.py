@@ -59,7 +59,6 @@ import os
 import secrets
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from types import TracebackType
@@ -68,20 +67,25 @@ from typing import Any, Mapping
 from absl import logging
 
 from tunix_mcjax.compat import ray_cluster as compat_ray
+from tunix_mcjax import temp_dirs
 from tunix_mcjax.da import options as options_lib
+from tunix_mcjax.da import ray_processes
 from tunix_mcjax.rules.values import is_int
 
-# Every process Ray starts for a local head inherits this variable (set in
+# Every process Ray starts for a local head inherits SESSION_ENV (set in
 # this process only while ray.init runs), which is how close() finds the
-# session's processes even after Ray re-parents them.
-SESSION_ENV = "TUNIX_MCJAX_RAY_SESSION"
+# session's processes even after Ray re-parents them (`ray_processes`).
+SESSION_ENV = ray_processes.SESSION_ENV
+session_pids = ray_processes.session_pids
+# Set (to anything but "" or "0"): a local head's temp dir (Ray's logs) is
+# kept when the job fails; by default it is removed on every exit path.
+KEEP_LOGS_ENV = "TUNIX_MCJAX_KEEP_RAY_LOGS"
 # ray.init's address that always starts a new local head (None or "auto"
 # would first follow RAY_ADDRESS or a cluster started by `ray start`).
 _LOCAL = "local"
 # TEMP/session_YYYY-MM-DD_HH-MM-SS_UUUUUU_PPPPPPP/sockets/plasma_store.NN is
 # 67 bytes after TEMP; AF_UNIX paths hold 107.
 MAX_TEMP_ROOT_CHARS = 40
-_TEMP_PREFIX = "mcjray_"
 # Ray refuses object stores below 75 MiB.
 _MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -120,7 +124,10 @@ class RaySessionConfig:
       exit after ray.shutdown() before it kills them.
     temp_root: Ray's temp dir for a local head (logs, sockets, spilled
       objects); absolute and at most MAX_TEMP_ROOT_CHARS long. None: a fresh
-      /tmp/mcjray_XXXXXXXX, deleted by close() unless the session failed.
+      /tmp/mcjray_XXXXXXXX, removed by close() (kept when Ray failed to
+      start or to stop, or the job failed and KEEP_LOGS_ENV is set; a kept
+      or SIGKILLed driver's directory goes when the next local head starts:
+      `ray_processes.sweep_abandoned`).
       One session per temp_root at a time: close() stops every Ray process
       started under it.
     env_vars: environment variables of every task and actor of the job (the
@@ -307,7 +314,9 @@ class RaySession:
     """Temp dir and the environment the local head's processes inherit."""
     config = self.config
     if config.temp_root is None:
-      self.temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir="/tmp")
+      # What killed drivers left (their heads' processes too) goes first.
+      ray_processes.sweep_abandoned()
+      self.temp_dir = temp_dirs.make(ray_processes.TEMP_PREFIX, parent="/tmp")
       self._own_temp_dir = True
     else:
       os.makedirs(config.temp_root, exist_ok=True)
@@ -381,8 +390,8 @@ class RaySession:
   def _kill_stuck_start(self) -> None:
     pids = self._session_pids()
     logging.warning("ray.init is stuck past start_timeout_s; killing the"
-                    " head's processes: %s", _describe(pids))
-    _kill(pids)
+                    " head's processes: %s", ray_processes.describe(pids))
+    ray_processes.kill(pids)
 
   def _check_loopback(self, ray: Any) -> None:
     addresses = {node["NodeManagerAddress"] for node in ray.nodes()}
@@ -456,7 +465,10 @@ class RaySession:
       if self._own_temp_dir and not keep_logs:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
       elif self.temp_dir:
-        logging.warning("Ray's logs of this session are in %s.", self.temp_dir)
+        logging.warning(
+            "Ray's logs of this session are kept in %s%s.", self.temp_dir,
+            "" if not self._own_temp_dir else
+            " (removed when the next local Ray head starts on this machine)")
     self.stop_s = time.perf_counter() - t0
     logging.info("Ray stopped in %.1f s.", self.stop_s)
 
@@ -476,110 +488,29 @@ class RaySession:
     logging.warning(
         "Ray left %d process(es) of session %s running %.0f s after"
         " ray.shutdown(): %s; killing them.", len(pids), self.temp_dir,
-        grace_s, _describe(pids))
-    _kill(pids)
+        grace_s, ray_processes.describe(pids))
+    ray_processes.kill(pids)
     return True
 
   def _atexit_close(self) -> None:
-    self.close(keep_logs=True)
+    self.close(keep_logs=_keep_logs_asked())
 
   def _session_pids(self) -> list[int]:
-    return session_pids(self.temp_dir) if self.temp_dir else []
+    return (ray_processes.session_pids(self.temp_dir) if self.temp_dir
+            else [])
 
   def __enter__(self) -> RaySession:
     return self.start()
 
   def __exit__(self, exc_type: type[BaseException] | None,
                exc: BaseException | None, tb: TracebackType | None) -> None:
-    self.close(keep_logs=exc_type is not None)
+    # A failed job's actor errors reached this process's output; Ray's own
+    # logs are kept only when asked.
+    self.close(keep_logs=exc_type is not None and _keep_logs_asked())
 
 
-def session_pids(temp_dir: str) -> list[int]:
-  """Pids of the live processes of the local head whose temp dir is given.
-
-  The processes that inherited the SESSION_ENV variable, and their
-  descendants: Ray's Python processes retitle themselves ("ray::Name"), which
-  can overwrite what /proc shows of their environment, but they are children
-  of the raylet, which keeps it. Re-parented processes (a worker whose raylet
-  died) are found when they still show the variable. Linux only (/proc).
-
-  Args:
-    temp_dir: RaySession.temp_dir.
-  """
-  needle = f"{SESSION_ENV}={temp_dir}".encode()
-  table = _proc_table()
-  found = set()
-  for pid in table:
-    try:
-      with open(f"/proc/{pid}/environ", "rb") as f:
-        environ = f.read().split(b"\0")
-    except OSError:  # Gone, or not ours to read.
-      continue
-    if needle in environ:
-      found.add(pid)
-  children: dict[int, list[int]] = {}
-  for pid, (ppid, _) in table.items():
-    children.setdefault(ppid, []).append(pid)
-  todo = list(found)
-  while todo:
-    for child in children.get(todo.pop(), ()):
-      if child not in found:
-        found.add(child)
-        todo.append(child)
-  found.discard(os.getpid())
-  return sorted(found)
-
-
-def _proc_table() -> dict[int, tuple[int, bytes]]:
-  """{pid: (parent pid, state)} of every live, non-zombie process."""
-  table = {}
-  for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-      continue
-    try:
-      with open(f"/proc/{entry}/stat", "rb") as f:
-        # The command name, in parentheses, may itself hold ") ".
-        fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-      continue
-    if fields and fields[0] != b"Z":
-      table[int(entry)] = (int(fields[1]), fields[0])
-  return table
-
-
-def _describe(pids: list[int]) -> str:
-  parts = []
-  for pid in pids:
-    try:
-      with open(f"/proc/{pid}/cmdline", "rb") as f:
-        cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-      cmd = "?"
-    parts.append(f"{pid} ({cmd[:80]})")
-  return ", ".join(parts)
-
-
-def _kill(pids: list[int]) -> None:
-  """SIGTERM, then SIGKILL after 2 s, to the given pids."""
-  for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
-    for pid in pids:
-      with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-      pids = [pid for pid in pids if _alive(pid)]
-      if not pids:
-        return
-      time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-  try:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-      # A zombie has exited; only its parent's wait() is missing.
-      return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-  except (OSError, IndexError):
-    return False
+def _keep_logs_asked() -> bool:
+  return os.environ.get(KEEP_LOGS_ENV, "") not in ("", "0")
 
 
 def _on_loopback(address: str | None) -> bool:

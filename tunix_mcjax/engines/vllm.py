@@ -64,7 +64,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import dataclasses
 import os
-import tempfile
 import time
 import types
 from typing import Any
@@ -76,6 +75,7 @@ import numpy as np
 from tunix.generate import tokenizer_adapter
 from tunix.rl.rollout import base_rollout
 
+from tunix_mcjax import temp_dirs
 from tunix_mcjax import transfers
 from tunix_mcjax import tree_paths
 from tunix_mcjax.compat import vllm_engine as compat_vllm
@@ -227,7 +227,7 @@ class VllmEngine(base.Engine):
     self._tmpdir = None
     config_dir = self._options.config_dir
     if config_dir is None:
-      self._tmpdir = tempfile.TemporaryDirectory(prefix="tunix_mcjax_vllm_")
+      self._tmpdir = temp_dirs.temporary("tunix_mcjax_vllm_")
       config_dir = self._tmpdir.name
     eos = self._tokenizer.eos_id()
     qwen3_hf.write_hf_config_dir(

@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 import dataclasses
 import os
-import tempfile
 from typing import Any
 
 from absl import logging
@@ -42,6 +41,7 @@ import jax
 import jaxtyping
 import numpy as np
 
+from tunix_mcjax import temp_dirs
 from tunix_mcjax import tree_paths
 from tunix_mcjax.compat import vllm_rollout as compat_vllm_rollout
 from tunix_mcjax.engines import base
@@ -181,7 +181,7 @@ class TpuInferenceEngine(base.Engine):
     self._tmpdir = None
     config_dir = self._options.config_dir
     if config_dir is None:
-      self._tmpdir = tempfile.TemporaryDirectory(prefix="tunix_mcjax_tpu_")
+      self._tmpdir = temp_dirs.temporary("tunix_mcjax_tpu_")
       config_dir = self._tmpdir.name
     eos = rollout_config.eos_tokens or None
     qwen3_hf.write_hf_config_dir(config_dir, qwen3_hf.qwen3_hf_config(
