@@ -173,7 +173,7 @@ def main(argv: Sequence[str]) -> None:
           sys.argv[1:],
           plan=plan,
           timeout_s=_FLAGS.timeout.value,
-          note=f"backend={cfg.backend}",
+          note=_start_note(cfg, plan),
           host_main=lambda: _run_host(cfg),
       )
     except launch.LaunchError as e:  # Refused before any host started.
@@ -181,6 +181,17 @@ def main(argv: Sequence[str]) -> None:
     claim.release()
     sys.exit(status)
   _run_host(cfg)
+
+
+def _start_note(cfg: grpo_job.GrpoJobConfig, plan: Any) -> str:
+  """The start line's words about the job: its backend, and with vLLM on
+  GPUs how each GPU is split between vLLM and JAX."""
+  note = f"backend={cfg.backend}"
+  if cfg.engine == "vllm" and plan.platform == "gpu":
+    from tunix_mcjax import device_memory  # pylint: disable=g-import-not-at-top
+
+    note += ", " + device_memory.split(cfg.engine_memory_fraction).describe()
+  return note
 
 
 def _run_host(cfg: grpo_job.GrpoJobConfig) -> None:

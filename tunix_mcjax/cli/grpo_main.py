@@ -194,11 +194,32 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
         sys.argv[1:],
         plan=plan,
         timeout_s=cli_flags.TIMEOUT.value,
-        note=f"backend={options.backend}",
+        note=_memory_split_note(pipeline, options, plan),
         host_main=lambda: _main_host(argv, options),
     )
   except launch.LaunchError as e:  # Refused before any host started.
     _fail(str(e))
+
+
+def _memory_split_note(pipeline: Any, options: CliOptions, plan: Any) -> str:
+  """The start line's words; with the 'vllm' engine also sets JAX's share
+  of each GPU beside vLLM's (rollout_vllm_hbm_utilization, checked) in the
+  environment the hosts inherit, and says so on GPUs."""
+  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import device_memory
+  from tunix_mcjax import rules
+  # pylint: enable=g-import-not-at-top
+
+  note = f"backend={options.backend}"
+  if rules.selected_engine(options.engine, pipeline.config) != "vllm":
+    return note
+  rollout = pipeline.config.get("rollout_config") or {}
+  memory = device_memory.split(
+      float(rollout.get("rollout_vllm_hbm_utilization")
+            or rules.vllm_keys.DEFAULT_HBM_UTILIZATION),
+      flag="rollout_config.rollout_vllm_hbm_utilization")
+  device_memory.apply(memory)
+  return note + (", " + memory.describe() if plan.platform == "gpu" else "")
 
 
 def _start_disaggregated(argv: list[str], options: CliOptions) -> int:

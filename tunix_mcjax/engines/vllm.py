@@ -216,6 +216,7 @@ class VllmEngine(base.Engine):
         nnx.state(source, nnx.LoRAParam) if adapted else params,
     )
     self._max_model_len = self._resolve_max_model_len(rollout_config)
+    self._rollout_config = rollout_config
     self.last_update_stats: EngineUpdateStats | None = None
 
     self._vllm, torch = vllm_options.import_vllm()
@@ -300,16 +301,15 @@ class VllmEngine(base.Engine):
         tensor_parallel_size=1,
         seed=self._seed,
         enable_prefix_caching=opts.enable_prefix_caching,
-        max_num_seqs=opts.max_num_seqs,
         # log_softmax(logits / temperature) of the sampled token, as Tunix's
         # sampler and trainer define it (vLLM's default is the raw logits').
         logprobs_mode="processed_logprobs",
     )
-    if not on_cpu:
-      kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
     if not opts.keep_kv_cache:
       kwargs["enable_sleep_mode"] = True
-    kwargs.update(dict(opts.engine_kwargs))
+    # Tunix's honoured rollout_vllm_* keys, then the options' own.
+    kwargs.update(vllm_options.llm_settings(opts, self._rollout_config,
+                                            on_cpu=on_cpu))
     self._check_head_dim(on_cpu)
     return self._vllm.LLM(**kwargs)
 

@@ -28,7 +28,13 @@ from typing import Any
 
 from absl import logging
 
+from tunix_mcjax.rules import vllm_keys
+
 TRANSFERS = ("dlpack", "host")
+# Where neither the options nor the rollout config set them: Tunix's default
+# of rollout_vllm_hbm_utilization, and vLLM's concurrent sequences.
+DEFAULT_GPU_MEMORY_UTILIZATION = vllm_keys.DEFAULT_HBM_UTILIZATION
+DEFAULT_MAX_NUM_SEQS = 256
 DTYPES = ("float32", "bfloat16", "float16")
 
 # vLLM only supports in-process weight reloads: in multiprocess mode tensors
@@ -70,14 +76,17 @@ class VllmEngineOptions:
     max_model_len: longest prompt + completion; None: from the rollout
       config (its kv_cache_size, or max_prompt_length +
       max_tokens_to_generate if larger).
-    max_num_seqs: vLLM's maximum number of concurrent sequences.
+    max_num_seqs: vLLM's maximum number of concurrent sequences; None: the
+      rollout config's rollout_vllm_max_num_seqs, else 256.
     gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only;
-      the trainer shares the device).
+      the trainer shares the device: `device_memory`); None: the rollout
+      config's rollout_vllm_hbm_utilization, else 0.2.
     cpu_kv_cache_space_gib: KV-cache size on CPU (sets
       VLLM_CPU_KVCACHE_SPACE unless already set).
     config_dir: where to write config.json; None: a temporary directory
       removed when the engine is closed.
-    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours).
+    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours and
+      the rollout config's rollout_vllm_kwargs).
   """
 
   dtype: str | None = None
@@ -86,8 +95,8 @@ class VllmEngineOptions:
   forbid_pad_token: bool = True
   transfer: str = "dlpack"
   max_model_len: int | None = None
-  max_num_seqs: int = 256
-  gpu_memory_utilization: float = 0.3
+  max_num_seqs: int | None = None
+  gpu_memory_utilization: float | None = None
   cpu_kv_cache_space_gib: int = 1
   config_dir: str | None = None
   engine_kwargs: tuple[tuple[str, Any], ...] = ()
@@ -101,9 +110,10 @@ class VllmEngineOptions:
                        f" {self.transfer!r}.")
     if self.max_model_len is not None and self.max_model_len < 2:
       raise ValueError(f"max_model_len must be >= 2; got {self.max_model_len}.")
-    if self.max_num_seqs < 1:
+    if self.max_num_seqs is not None and self.max_num_seqs < 1:
       raise ValueError(f"max_num_seqs must be >= 1; got {self.max_num_seqs}.")
-    if not 0.0 < self.gpu_memory_utilization <= 1.0:
+    if (self.gpu_memory_utilization is not None
+        and not 0.0 < self.gpu_memory_utilization <= 1.0):
       raise ValueError("gpu_memory_utilization must be in (0, 1]; got"
                        f" {self.gpu_memory_utilization}.")
     if self.cpu_kv_cache_space_gib < 1:
@@ -118,6 +128,33 @@ class VllmEngineOptions:
               and isinstance(item[0], str)):
         raise ValueError("engine_kwargs must be a dict or (name, value)"
                          f" pairs; got {item!r}.")
+
+
+def llm_settings(options: VllmEngineOptions, rollout_config: Any,
+                 *, on_cpu: bool) -> dict[str, Any]:
+  """`vllm.LLM` keyword arguments from Tunix's honoured rollout_vllm_* keys
+  and `options` (which win where set).
+
+  Raises:
+    ValueError: a rollout_vllm_* key the engine does not take is set
+      (`rules.vllm_keys`, the same check the CLI makes before hosts start).
+  """
+  problem = vllm_keys.vllm_keys(rollout_config, prefix="RolloutConfig.")
+  if problem is not None:
+    raise ValueError(problem.message)
+  keys = vllm_keys.engine_settings(rollout_config)
+  out: dict[str, Any] = dict(
+      max_num_seqs=options.max_num_seqs or keys.get("max_num_seqs")
+      or DEFAULT_MAX_NUM_SEQS)
+  if "max_num_batched_tokens" in keys:
+    out["max_num_batched_tokens"] = keys["max_num_batched_tokens"]
+  if not on_cpu:
+    out["gpu_memory_utilization"] = (
+        options.gpu_memory_utilization or keys.get("gpu_memory_utilization")
+        or DEFAULT_GPU_MEMORY_UTILIZATION)
+  out.update(keys.get("engine_kwargs", {}))
+  out.update(dict(options.engine_kwargs))
+  return out
 
 
 def import_vllm() -> Any:

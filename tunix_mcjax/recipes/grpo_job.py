@@ -195,6 +195,8 @@ def train_rollout_config(cfg: GrpoJobConfig) -> Any:
       # this rank and alpha (the model does not store them).
       rollout_vllm_lora_config=(
           cfg.lora_config() if cfg.engine == "vllm" else None),
+      # vLLM's share of the GPU (JAX's is set before its backend starts).
+      rollout_vllm_hbm_utilization=cfg.engine_memory_fraction,
   )
 
 
@@ -278,8 +280,12 @@ def _datasets(
 
 def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   """Runs the job in this process (one host of it). Returns a summary."""
+  from tunix_mcjax import device_memory  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
+  if cfg.engine == "vllm":
+    # JAX's share of the GPU beside vLLM's, before its backend starts.
+    device_memory.apply(device_memory.split(cfg.engine_memory_fraction))
   info = runtime.initialize()
   # On a real cluster no launcher checked the job before the hosts started.
   check_job(cfg, num_hosts=info.process_count,

@@ -134,6 +134,13 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
     if cfg.engine not in names:
       problems.append(f"--engine={cfg.engine!r} is not a registered engine;"
                       f" use one of {names}.")
+  if cfg.engine == "vllm":
+    from tunix_mcjax import device_memory  # pylint: disable=g-import-not-at-top
+
+    try:  # vLLM and JAX must fit one GPU (on CPU the split is unused).
+      device_memory.split(cfg.engine_memory_fraction)
+    except ValueError as e:
+      problems.append(str(e))
   if cfg.backend == "mcjax_da":
     from tunix_mcjax.rules import disaggregated  # pylint: disable=g-import-not-at-top
 

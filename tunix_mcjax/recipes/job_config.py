@@ -28,6 +28,7 @@ import tunix_mcjax
 from tunix_mcjax import rewards_pool
 from tunix_mcjax import rules
 from tunix_mcjax import step_watchdog
+from tunix_mcjax.rules import vllm_keys
 from tunix_mcjax import transfers
 from tunix_mcjax.recipes import shared_flags
 from tunix_mcjax.recipes import tasks
@@ -220,6 +221,14 @@ class GrpoJobConfig:
       " every step after the first; 'disallow' raises on an implicit"
       " host<->device transfer (docs/design.md lists the deliberate ones).",
       choices=transfers.GUARD_LEVELS)
+  # --engine=vllm on a GPU: vLLM's share of each host's GPU; JAX gets the
+  # rest less a reserve (tunix_mcjax.device_memory). Tunix's
+  # rollout_vllm_hbm_utilization, whose default it keeps.
+  engine_memory_fraction: float = _field(
+      vllm_keys.DEFAULT_HBM_UTILIZATION, "--engine=vllm on a GPU: the share of each host's GPU memory"
+      " for vLLM (Tunix's rollout_vllm_hbm_utilization); the JAX trainer in"
+      " the same process gets the rest less 0.05 (XLA_PYTHON_CLIENT_MEM_"
+      "FRACTION, unless set). Checked before any host starts.")
   # mcjax, mcjax_da: a host whose step (after its first) does not end in
   # time stops, naming the step and phase (tunix_mcjax.step_watchdog).
   step_timeout_s: float = _field(

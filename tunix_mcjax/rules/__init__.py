@@ -38,6 +38,8 @@ The rules by topic, one module each (callers read every name as
 * `meshes`: the mesh choice (fsdp or hsdp from the model's widths), the
   actor mesh's layout by host, device order (topology) and host blocks.
 * `problem`: `Problem`.
+* `vllm_keys`: Tunix's `rollout_vllm_*` keys under the 'vllm' engine,
+  honoured or refused, and vLLM's share of the GPU beside JAX's.
 
 This package imports no JAX at module level: `check_job` runs in the process
 that launches the hosts.
@@ -63,6 +65,7 @@ from tunix_mcjax.rules.engines import VANILLA_ENGINE
 from tunix_mcjax.rules.engines import mcjax_engine_name
 from tunix_mcjax.rules.engines import missing_modules
 from tunix_mcjax.rules.engines import rollout_engine
+from tunix_mcjax.rules.engines import selected_engine
 from tunix_mcjax.rules.engines import trainer_engine
 from tunix_mcjax.rules.learners import LEARNERS
 from tunix_mcjax.rules.learners import PACKING_LOSS_MODE
@@ -94,6 +97,7 @@ from tunix_mcjax.rules.meshes import mesh_layout
 from tunix_mcjax.rules.meshes import topology_order
 from tunix_mcjax.rules.problem import Problem
 from tunix_mcjax.rules.problem import raise_first
+from tunix_mcjax.rules.vllm_keys import vllm_engine
 
 __all__ = [
     # batches
@@ -119,6 +123,7 @@ __all__ = [
     "mcjax_engine_name",
     "missing_modules",
     "rollout_engine",
+    "selected_engine",
     "trainer_engine",
     # learners
     "LEARNERS",
@@ -154,4 +159,6 @@ __all__ = [
     # problem
     "Problem",
     "raise_first",
+    # vllm_keys
+    "vllm_engine",
 ]

@@ -34,6 +34,7 @@ from tunix_mcjax.rules.batches import checkpoint_interval
 from tunix_mcjax.rules.batches import data_sharding_axes
 from tunix_mcjax.rules.batches import global_batch
 from tunix_mcjax.rules.engines import VANILLA_ENGINE
+from tunix_mcjax.rules.engines import selected_engine
 from tunix_mcjax.rules.engines import rollout_engine
 from tunix_mcjax.rules.learners import UNSUPPORTED_ROLES
 from tunix_mcjax.rules.learners import disjoint_role
@@ -47,6 +48,7 @@ from tunix_mcjax.rules.meshes import host_blocks
 from tunix_mcjax.rules.meshes import mesh_layout
 from tunix_mcjax.rules.problem import Problem
 from tunix_mcjax.rules.problem import raise_first
+from tunix_mcjax.rules.vllm_keys import vllm_engine
 
 
 # --- the cluster's view: objects ----------------------------------------------
@@ -200,6 +202,8 @@ def check_job(
           if f"{role}_model_config" in config
       ),
       *_lora_job(actor_cfg.get("lora_config"), engine, config),
+      vllm_engine(config.get("rollout_config") or {})
+      if selected_engine(engine, config) == "vllm" else None,
   ]
   for role, key in separate_roles:
     problems.append(

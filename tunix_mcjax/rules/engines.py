@@ -20,7 +20,8 @@ Imports no JAX: the CLI checks them before any host starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tunix_mcjax.rules.problem import Problem
 
@@ -90,6 +91,14 @@ def mcjax_engine_name(engine: str) -> str:
   if engine.startswith(MCJAX_ENGINE_PREFIX):
     return engine[len(MCJAX_ENGINE_PREFIX):]
   return engine
+
+
+def selected_engine(engine: str | None, config: Mapping[str, Any]) -> str:
+  """The registered engine a CLI job runs: --engine (`engine`), else the
+  one its Tunix config's rollout_engine names."""
+  if engine is not None:
+    return engine
+  return mcjax_engine_name(config.get("rollout_engine") or VANILLA_ENGINE)
 
 
 # Engines a MaxText trainer publishes into (through the MaxText -> Tunix
