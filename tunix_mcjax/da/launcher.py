@@ -55,6 +55,7 @@ import time
 from typing import Any
 
 from tunix_mcjax import compilation_cache
+from tunix_mcjax import device_memory
 from tunix_mcjax import launch
 from tunix_mcjax import platforms
 from tunix_mcjax import runtime
@@ -63,6 +64,7 @@ from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import ray_local
 from tunix_mcjax.da import rollout_host
 from tunix_mcjax.da import trainer_host
+from tunix_mcjax.rules import vllm_keys
 
 _POLL_S = 0.5
 # Restarts Ray grants one rollout host over the job.
@@ -90,6 +92,17 @@ def _host_env(devices: int | None) -> dict[str, str]:
   elif os.environ.get("XLA_FLAGS"):
     env["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
   return env
+
+
+def engine_memory_env(source: model_source.ModelSource) -> dict[str, str]:
+  """A rollout host's JAX share of its GPU beside a vLLM engine's
+  (`device_memory`; the rollout config's rollout_vllm_hbm_utilization)."""
+  if source.engine() != "vllm":
+    return {}
+  hbm = getattr(source.rollout_config(), "rollout_vllm_hbm_utilization",
+                None) or vllm_keys.DEFAULT_HBM_UTILIZATION
+  return device_memory.split(
+      float(hbm), flag="rollout_vllm_hbm_utilization").environment()
 
 
 _STRATEGIES = options_lib.PLACEMENT_STRATEGIES
@@ -441,7 +454,10 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
     try:
       rollouts.append(rollout_cls.options(
           name=name,
-          runtime_env={"env_vars": _host_env(devices_per_host)},
+          runtime_env={"env_vars": {
+              **_host_env(devices_per_host),
+              **(engine_memory_env(rollout_source)
+                 if devices_per_host is None else {})}},
           # A crashed rollout host is restarted; the trainer host re-issues
           # its rows (`remote_engine.RolloutLink`).
           max_restarts=ROLLOUT_RESTARTS,
