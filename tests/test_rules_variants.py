@@ -28,11 +28,22 @@ def test_tunix_engine_names_mean_what_they_mean_in_tunix():
   names = ["native", "vllm", "vllm_tpu"]
   assert rules.rollout_engine("vanilla", names) is None
   assert rules.rollout_engine("vllm_tpu", names) is None
-  # mcjax's 'vllm' is PyTorch vLLM: never taken for Tunix's tpu-inference.
-  problem = rules.rollout_engine("vllm", names)
-  assert problem is not None
-  assert "in Tunix this is tpu-inference's vLLM" in problem.message
-  assert "'vllm_tpu'" in problem.message and "--engine" in problem.message
+  # Tunix's 'vllm' is the platform's host-local vLLM: tpu-inference on TPU
+  # (what Tunix runs under that name), PyTorch vLLM on GPU and CPU.
+  assert rules.rollout_engine("vllm", names) is None
+  assert rules.mcjax_engine_name("vllm", platform="tpu") == "vllm_tpu"
+  assert rules.mcjax_engine_name("vllm", platform="gpu") == "vllm"
+  assert rules.mcjax_engine_name("vllm", platform="cpu") == "vllm"
+  # Without a platform: this machine's (no accelerator here).
+  assert rules.tunix_vllm_engine() == "vllm"
+  # The example's engine names are mcjax's own: 'vllm' stays PyTorch vLLM.
+  assert rules.registered_engine("vllm") == "vllm"
+  assert rules.registered_engine("vanilla") == "native"
+  config = {"rollout_engine": "vllm"}
+  assert rules.selected_engine(None, config, "tpu") == "vllm_tpu"
+  assert rules.selected_engine("native", config, "tpu") == "native"
+  problem = rules.rollout_engine("sglang_jax", names)
+  assert problem is not None and "sglang" in problem.message
 
 
 def test_learners():

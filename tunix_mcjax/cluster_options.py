@@ -140,7 +140,11 @@ def engine_name(options: McJaxOptions, rollout_engine: Any,
         f" {registered}), got {rollout_engine!r}."
     )
   rules.raise_first(rules.rollout_engine(rollout_engine, registered))
-  return rules.mcjax_engine_name(rollout_engine)
+  import jax  # pylint: disable=g-import-not-at-top
+
+  # Tunix's 'vllm' is the host-local vLLM of the platform this host runs on.
+  return rules.mcjax_engine_name(rollout_engine,
+                                 platform=jax.default_backend())
 
 
 def admission_config(

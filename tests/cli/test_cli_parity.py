@@ -90,17 +90,26 @@ def test_mcjax_flags_are_refused_with_the_tunix_backend(cli, parsed_flags):
     cli.options_from_flags()
 
 
-@pytest.mark.parametrize("engine, fix", [
-    ("vllm", "'vllm_tpu' (host-local tpu-inference vLLM"),
-    ("sglang_jax", "rollout_engine=vanilla"),
-])
-def test_tunix_engine_names_are_refused_with_the_fix(cli, pipeline, engine,
-                                                     fix):
+def test_tunix_engine_names_are_refused_with_the_fix(cli, pipeline):
   with pytest.raises(cli.ConfigError, match="cannot run with") as e:
     cli.check_mcjax_config(
-        pipeline(f"rollout_engine={engine}"), num_hosts=2)
-  assert f"rollout_engine={engine!r}" in str(e.value)
-  assert fix in str(e.value)
+        pipeline("rollout_engine=sglang_jax"), num_hosts=2)
+  assert "rollout_engine='sglang_jax'" in str(e.value)
+  assert "rollout_engine=vanilla" in str(e.value)
+
+
+def test_tunix_vllm_is_the_host_local_vllm_of_the_platform(cli, pipeline):
+  # Tunix's disaggregated recipes say rollout_engine=vllm: one flag, no
+  # rewrite. Here (no accelerator) it is PyTorch vLLM, whose keys and GPU
+  # share are checked before any host starts.
+  assert cli.check_mcjax_config(
+      pipeline("rollout_engine=vllm"), num_hosts=2) == 2
+  with pytest.raises(cli.ConfigError,
+                     match="rollout_vllm_server_mode=True"):
+    cli.check_mcjax_config(
+        pipeline("rollout_engine=vllm",
+                 "rollout_config.rollout_vllm_server_mode=true"),
+        num_hosts=2)
 
 
 def test_engine_flag_names_an_mcjax_engine(cli, pipeline):
@@ -144,18 +153,22 @@ def test_balanced_admission_refuses_several_updates_per_batch(cli, pipeline):
       num_hosts=2) == 2
 
 
-def test_tunix_vllm_name_is_refused_before_hosts_start(base_config):
+def test_tunix_vllm_keys_are_refused_before_hosts_start(base_config):
+  # rollout_engine=vllm is the host-local vLLM (PyTorch here); a Tunix key
+  # it does not take ends the command before any host starts.
   env = launch_utils.launcher_env({"JAX_PLATFORMS": "cpu"})
   env["TUNIX_BASE_CONFIG"] = str(base_config)
   proc = subprocess.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
-       *base_config_fixture.COLOCATED, "rollout_engine=vllm", "--backend=mcjax", "--num_hosts=2"],
+       *base_config_fixture.COLOCATED, "rollout_engine=vllm",
+       "rollout_config.rollout_vllm_tpu_backend_type=jax",
+       "--backend=mcjax", "--num_hosts=2"],
       env=env, capture_output=True, text=True, timeout=180,
   )
   out = proc.stdout + proc.stderr
   assert proc.returncode == 2, out[-3000:]
-  assert "rollout_engine='vllm': in Tunix this is tpu-inference's vLLM" in out
-  assert "--engine" in out
+  assert ("rollout_config.rollout_vllm_tpu_backend_type='jax': a"
+          " tpu-inference setting; on TPU use the 'vllm_tpu' engine") in out
   assert "[launch]" not in out and "[host" not in out
 
 

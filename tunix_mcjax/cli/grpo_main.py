@@ -194,24 +194,31 @@ def _start_local_hosts(argv: list[str], options: CliOptions) -> int:
         sys.argv[1:],
         plan=plan,
         timeout_s=cli_flags.TIMEOUT.value,
-        note=_memory_split_note(pipeline, options, plan),
+        note=_start_note(pipeline, options, plan),
         host_main=lambda: _main_host(argv, options),
     )
   except launch.LaunchError as e:  # Refused before any host started.
     _fail(str(e))
 
 
-def _memory_split_note(pipeline: Any, options: CliOptions, plan: Any) -> str:
-  """The start line's words; with the 'vllm' engine also sets JAX's share
-  of each GPU beside vLLM's (rollout_vllm_hbm_utilization, checked) in the
-  environment the hosts inherit, and says so on GPUs."""
+def _start_note(pipeline: Any, options: CliOptions, plan: Any) -> str:
+  """The start line's words: the backend, the engine Tunix's
+  rollout_engine='vllm' means here, and with the 'vllm' engine the split of
+  each GPU between vLLM and JAX (rollout_vllm_hbm_utilization, checked),
+  whose JAX share this sets in the environment the hosts inherit."""
   # pylint: disable=g-import-not-at-top
   from tunix_mcjax import device_memory
   from tunix_mcjax import rules
   # pylint: enable=g-import-not-at-top
 
   note = f"backend={options.backend}"
-  if rules.selected_engine(options.engine, pipeline.config) != "vllm":
+  engine = rules.selected_engine(options.engine, pipeline.config,
+                                 plan.platform)
+  if (options.engine is None
+      and pipeline.config.get("rollout_engine") == rules.TUNIX_VLLM_ENGINE):
+    note += (f", rollout_engine=vllm: mcjax engine {engine!r} (the host-local"
+             f" vLLM on {plan.platform.upper()})")
+  if engine != "vllm":
     return note
   rollout = pipeline.config.get("rollout_config") or {}
   memory = device_memory.split(

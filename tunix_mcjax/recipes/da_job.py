@@ -52,7 +52,7 @@ class GrpoJobSource:
     # 'vanilla' (Tunix's own sampler) is the native engine here.
     from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
-    return rules.mcjax_engine_name(self.job.engine)
+    return rules.registered_engine(self.job.engine)
 
   @property
   def seed(self) -> int:

@@ -151,7 +151,7 @@ def _build_models(cfg: GrpoJobConfig, mesh):
     # 'vanilla' (Tunix's own sampler) runs the model as the native engine.
     from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
 
-    engine = rules.mcjax_engine_name(cfg.engine)
+    engine = rules.registered_engine(cfg.engine)
     overrides = dict(
         getattr(ENGINES.get(engine), "tiny_model_overrides", {}))
     if "data" in mesh.axis_names:

@@ -61,11 +61,14 @@ from tunix_mcjax.rules.checks import same_mesh
 from tunix_mcjax.rules.engines import MAXTEXT_ENGINES
 from tunix_mcjax.rules.engines import MCJAX_ENGINE_PREFIX
 from tunix_mcjax.rules.engines import TUNIX_ENGINES
+from tunix_mcjax.rules.engines import TUNIX_VLLM_ENGINE
 from tunix_mcjax.rules.engines import VANILLA_ENGINE
 from tunix_mcjax.rules.engines import mcjax_engine_name
+from tunix_mcjax.rules.engines import registered_engine
 from tunix_mcjax.rules.engines import missing_modules
 from tunix_mcjax.rules.engines import rollout_engine
 from tunix_mcjax.rules.engines import selected_engine
+from tunix_mcjax.rules.engines import tunix_vllm_engine
 from tunix_mcjax.rules.engines import trainer_engine
 from tunix_mcjax.rules.learners import LEARNERS
 from tunix_mcjax.rules.learners import PACKING_LOSS_MODE
@@ -119,11 +122,14 @@ __all__ = [
     "MAXTEXT_ENGINES",
     "MCJAX_ENGINE_PREFIX",
     "TUNIX_ENGINES",
+    "TUNIX_VLLM_ENGINE",
     "VANILLA_ENGINE",
     "mcjax_engine_name",
+    "registered_engine",
     "missing_modules",
     "rollout_engine",
     "selected_engine",
+    "tunix_vllm_engine",
     "trainer_engine",
     # learners
     "LEARNERS",

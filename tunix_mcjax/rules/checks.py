@@ -267,9 +267,7 @@ def _lora_job(
   """The LoRA rules on Tunix's `actor_model_config.lora_config`."""
   if not lora_config:
     return []
-  if engine is None:
-    engine = config.get("rollout_engine") or VANILLA_ENGINE
-    engine = "native" if engine == VANILLA_ENGINE else engine
+  engine = selected_engine(engine, config)
   return [
       lora_settings(
           lora_config.get("rank"),

@@ -28,17 +28,16 @@ from tunix_mcjax.rules.problem import Problem
 # Tunix's name of its own engine; under mcjax it means the native engine.
 VANILLA_ENGINE = "vanilla"
 
+# Tunix's name of its vLLM rollout. Under mcjax it means the host-local vLLM
+# of the platform (`tunix_vllm_engine`): tpu-inference on TPU, which is what
+# Tunix runs under that name, and PyTorch vLLM on GPU and CPU.
+TUNIX_VLLM_ENGINE = "vllm"
+
 # Tunix's rollout_engine names -> why mcjax cannot take each as it means in
 # Tunix, and the mcjax engine to name instead (None: the name is honoured).
 TUNIX_ENGINES = {
     VANILLA_ENGINE: None,
-    "vllm": "in Tunix this is tpu-inference's vLLM; mcjax does not run it"
-    " under that name (its engine 'vllm' is PyTorch vLLM, a different"
-    " engine). Name the mcjax engine explicitly: 'vllm_tpu' (host-local"
-    " tpu-inference vLLM, experimental) or 'vllm' (PyTorch vLLM), with"
-    " McJaxOptions(engine=...) or the CLI's --engine, or as"
-    " rollout_engine='mcjax:vllm'; or"
-    f" rollout_engine={VANILLA_ENGINE} for the native engine.",
+    TUNIX_VLLM_ENGINE: None,
     "sglang_jax": "mcjax has no host-local SGLang-JAX engine; set"
     f" rollout_engine={VANILLA_ENGINE} (the native engine, Tunix's sampler).",
 }
@@ -53,9 +52,8 @@ def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
   """A `rollout_engine` name means what it means in Tunix, or is refused.
 
   'vanilla' (Tunix's own sampler) is the native engine, which runs Tunix's
-  sampler. Tunix's other names ('vllm' = tpu-inference vLLM, 'sglang_jax')
-  are refused with the mcjax engine to name instead: mcjax's registered
-  'vllm' is the PyTorch vLLM engine, i.e. another engine than Tunix's. A
+  sampler; 'vllm' is the platform's host-local vLLM (`tunix_vllm_engine`);
+  'sglang_jax' is refused with the mcjax engine to name instead. A
   registered mcjax name that is not a Tunix name is taken as given, and
   'mcjax:<name>' names the registered engine <name> in any case.
   """
@@ -67,7 +65,7 @@ def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
         f" of {[MCJAX_ENGINE_PREFIX + n for n in engine_names]}.",
     )
   if engine in TUNIX_ENGINES:
-    if engine == VANILLA_ENGINE:
+    if TUNIX_ENGINES[engine] is None:
       return None
     return Problem(
         message=f"rollout_engine={engine!r}: {TUNIX_ENGINES[engine]}"
@@ -82,23 +80,47 @@ def rollout_engine(engine: str, engine_names: Sequence[str]) -> Problem | None:
   )
 
 
-def mcjax_engine_name(engine: str) -> str:
+def tunix_vllm_engine(platform: str | None = None) -> str:
+  """The mcjax engine Tunix's rollout_engine='vllm' means on `platform`
+  ("tpu", "gpu", "cpu"; None: this machine's, `platforms.detect_machine`):
+  'vllm_tpu' (host-local tpu-inference) on TPU, else 'vllm' (PyTorch)."""
+  if platform is None:
+    from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
+
+    accelerator = platforms.detect_machine().accelerator()
+    platform = accelerator[0] if accelerator else "cpu"
+  return "vllm_tpu" if platform == "tpu" else "vllm"
+
+
+def mcjax_engine_name(engine: str, platform: str | None = None) -> str:
   """The registered engine a `rollout_engine` name (valid by
-  `rollout_engine`) selects: 'vanilla' -> 'native', 'mcjax:<name>' ->
+  `rollout_engine`) selects: 'vanilla' -> 'native', 'vllm' -> the
+  platform's host-local vLLM (`tunix_vllm_engine`), 'mcjax:<name>' ->
   <name>, other names as given."""
   if engine == VANILLA_ENGINE:
     return "native"
+  if engine == TUNIX_VLLM_ENGINE:
+    return tunix_vllm_engine(platform)
   if engine.startswith(MCJAX_ENGINE_PREFIX):
     return engine[len(MCJAX_ENGINE_PREFIX):]
   return engine
 
 
-def selected_engine(engine: str | None, config: Mapping[str, Any]) -> str:
+def registered_engine(name: str) -> str:
+  """The registered engine an mcjax engine name (the example's --engine)
+  selects: 'vanilla' -> 'native', other names as given (unlike Tunix's
+  rollout_engine strings, `mcjax_engine_name`)."""
+  return "native" if name == VANILLA_ENGINE else name
+
+
+def selected_engine(engine: str | None, config: Mapping[str, Any],
+                    platform: str | None = None) -> str:
   """The registered engine a CLI job runs: --engine (`engine`), else the
-  one its Tunix config's rollout_engine names."""
+  one its Tunix config's rollout_engine names (on `platform`)."""
   if engine is not None:
     return engine
-  return mcjax_engine_name(config.get("rollout_engine") or VANILLA_ENGINE)
+  return mcjax_engine_name(config.get("rollout_engine") or VANILLA_ENGINE,
+                           platform)
 
 
 # Engines a MaxText trainer publishes into (through the MaxText -> Tunix
