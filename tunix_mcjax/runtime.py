@@ -366,9 +366,10 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
           **optional,
       )
     elif source == "cluster":
-      jax.distributed.initialize(
-          initialization_timeout=config.initialization_timeout_s, **optional
-      )
+      # As JAX detects it, but the coordinator and gloo bind the cluster
+      # address only (JAX's default: every interface).
+      from tunix_mcjax import cluster_addresses  # pylint: disable=g-import-not-at-top
+      cluster_addresses.initialize(config, optional)
 
     info = RuntimeInfo(
         process_index=jax.process_index(),

@@ -399,6 +399,37 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         " distributed service are fixed then; host_fork will not fork)."
         " Upstream: a public query.",
     ),
+    TouchPoint(
+        module="jax._src.clusters",
+        attr="ClusterEnv.auto_detect_unset_distributed_params",
+        wrapper="compat.jax_runtime.detect_distributed_params",
+        why="the coordinator address, process count and id JAX detects on a"
+        " cluster, asked once before start-up so process 0 binds the"
+        " coordinator to the address it advertises (cluster_addresses)."
+        " Upstream: a public detection API in jax.distributed.",
+    ),
+    TouchPoint(
+        module="jax._src.lib", attr="_jax.make_gloo_tcp_collectives",
+        wrapper="compat.jax_runtime.pin_gloo_address",
+        why="gloo made with this host's cluster address (its `hostname`);"
+        " JAX passes none, so gloo binds what the hostname resolves to."
+        " Upstream: a jax option for gloo's address or interface.",
+    ),
+    TouchPoint(
+        module="jax._src.xla_bridge", attr="make_cpu_client",
+        wrapper="compat.jax_runtime.pin_gloo_address",
+        why="the CPU client built with those collectives (`collectives=`).",
+    ),
+    TouchPoint(
+        module="jax._src.xla_bridge", attr="register_backend_factory",
+        wrapper="compat.jax_runtime.pin_gloo_address",
+        why="the CPU backend's factory registered again, before it starts.",
+    ),
+    TouchPoint(
+        module="jax._src.distributed", attr="global_state.client",
+        wrapper="compat.jax_runtime.pin_gloo_address",
+        why="the distributed client gloo exchanges its addresses through.",
+    ),
     # --- ray._private: a local head kept on loopback (da; ray 2.60) --------
     TouchPoint(
         module="ray._private.ray_constants", attr="ENABLE_RAY_CLUSTER",
