@@ -23,7 +23,10 @@ through tunix_mcjax.runtime. Works with jax 0.10.2 (.venv-vllm) and 0.12
 below.
 
 Shared test helpers (launch_utils, example_runs, ...) live in tests/support/,
-which is put on sys.path here. The launch helpers refuse to start hosts for a
+which is put on sys.path here. So do the programs tests run in processes of
+their own (host programs, probes): modules with a main(), launched by path,
+so that Python puts tests/support/ first on their sys.path and they import
+the helpers the same way. The launch helpers refuse to start hosts for a
 test without the multihost (and, for example runs, e2e) marker, so that the
 markers `make test-fast` selects on stay true.
 """

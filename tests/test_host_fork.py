@@ -14,43 +14,28 @@
 
 """Tests of forking hosts from the launching process (real processes)."""
 
+import pathlib
 import subprocess
 import sys
-import textwrap
 
 import launch_utils
 
 from tunix_mcjax import host_fork
 
+# Prints fork_blocker's answer in five states, one line each.
+_PROGRAM = pathlib.Path(__file__).resolve().parent / "support" / (
+    "fork_blockers.py")
+
 
 def test_what_keeps_hosts_from_being_forked(tmp_path):
   """Threads, a started backend, JAX options that differ, or the opt-out:
   each makes the launcher start new interpreters, and says why."""
-  code = textwrap.dedent("""\
-      import os, threading
-      import jax
-      from tunix_mcjax import host_fork
-      env = dict(os.environ)
-      print(host_fork.fork_blocker([env]))
-      print(host_fork.fork_blocker([{**env, "JAX_ENABLE_X64": "1"}]))
-      os.environ[host_fork.ENV_HOST_START] = "spawn"
-      print(host_fork.fork_blocker([env]))
-      del os.environ[host_fork.ENV_HOST_START]
-      stop = threading.Event()
-      thread = threading.Thread(target=stop.wait)
-      thread.start()
-      print(host_fork.fork_blocker([env]))
-      stop.set()
-      thread.join()
-      jax.devices()
-      print(host_fork.fork_blocker([env]))
-  """)
   # CPU only: probing for a TPU backend starts jax's warning Timer thread,
   # which can still be alive when the last line checks for threads.
   env = launch_utils.launcher_env({"JAX_PLATFORMS": "cpu"})
   env.pop(host_fork.ENV_HOST_START, None)
   env.pop("JAX_ENABLE_X64", None)
-  result = subprocess.run([sys.executable, "-c", code], env=env,
+  result = subprocess.run([sys.executable, str(_PROGRAM)], env=env,
                           capture_output=True, text=True, timeout=60)
   assert result.returncode == 0, result.stderr
   assert result.stdout.splitlines() == [

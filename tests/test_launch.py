@@ -31,76 +31,29 @@ from tunix_mcjax import launch
 from tunix_mcjax import platforms
 from tunix_mcjax import runtime
 
-# Every host script starts like this: record the pid first, so that the
-# orphan check covers hosts that die early.
-_PREAMBLE = """\
-import json, os, pathlib, signal, subprocess, sys, time
-PID_DIR = pathlib.Path(sys.argv[1])
-(PID_DIR / f"{os.getpid()}.pid").write_text(str(os.getpid()))
-HOST = int(os.environ["TUNIX_MCJAX_HOST_ID"])
-"""
-
-_JAX_PREAMBLE = _PREAMBLE + """\
-import numpy as np
-from jax.experimental import multihost_utils
-import jax
-from tunix_mcjax import runtime
-INFO = runtime.initialize()
-"""
+_SUPPORT = pathlib.Path(__file__).resolve().parent / "support"
+# The hosts' programs: `launch_host.py NAME ...` (see its docstring).
+_HOST = _SUPPORT / "launch_host.py"
+# Programs that relaunch themselves as local hosts (new interpreters, or
+# forked with host_main).
+_RELAUNCHING = _SUPPORT / "relaunching.py"
+_FORKING = _SUPPORT / "forking_hosts.py"
+# Fails if importing the modules named imports any of the packages named.
+_LIGHT_IMPORTS = _SUPPORT / "light_imports.py"
 
 
-def _write_script(
-    tmp_path: pathlib.Path, body: str, jax_init: bool
-) -> list[str]:
-  """Writes a host script; returns its command (pid dir as argument)."""
+def _host_command(tmp_path: pathlib.Path, name: str) -> list[str]:
+  """The command of host program `name`; its hosts record their pids in
+  tmp_path/pids first."""
   pid_dir = tmp_path / "pids"
   pid_dir.mkdir(exist_ok=True)
-  script = tmp_path / "host.py"
-  preamble = _JAX_PREAMBLE if jax_init else _PREAMBLE
-  script.write_text(preamble + textwrap.dedent(body))
-  return [sys.executable, str(script), str(pid_dir)]
-
-
-_HEALTHY = """\
-# A real cross-host collective: only works if the hosts are connected.
-gathered = multihost_utils.process_allgather(np.array([INFO.process_index]))
-report = {
-    "info": [INFO.process_index, INFO.process_count, INFO.local_device_count,
-             INFO.global_device_count, INFO.source],
-    "device_count": jax.device_count(),
-    "gathered": np.asarray(gathered).ravel().tolist(),
-}
-if HOST == 0:
-  # Where does the coordinator listen? Read the kernel's socket tables.
-  import ipaddress
-  port = int(os.environ["TUNIX_MCJAX_COORDINATOR"].rsplit(":", 1)[1])
-  addresses = []
-  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-      rows = pathlib.Path(table).read_text().splitlines()[1:]
-    except FileNotFoundError:
-      continue
-    for row in rows:
-      local, state = row.split()[1], row.split()[3]
-      address, hex_port = local.split(":")
-      if state == "0A" and int(hex_port, 16) == port:  # 0A = LISTEN
-        # The kernel prints each 32-bit word in host (little-endian) order.
-        raw = b"".join(bytes.fromhex(address[i:i + 8])[::-1]
-                       for i in range(0, len(address), 8))
-        ip = ipaddress.ip_address(raw)
-        if ip.version == 6 and ip.ipv4_mapped:
-          ip = ip.ipv4_mapped
-        addresses.append(str(ip))
-  report["listen"] = addresses
-print("REPORT " + json.dumps(report))
-print(f"to stderr from {HOST}", file=sys.stderr)
-"""
+  return [sys.executable, str(_HOST), name, str(pid_dir)]
 
 
 @pytest.mark.multihost
 @pytest.mark.parametrize("num_hosts,devices_per_host", [(2, 2), (3, 2)])
 def test_healthy_job(tmp_path, num_hosts, devices_per_host):
-  command = _write_script(tmp_path, _HEALTHY, jax_init=True)
+  command = _host_command(tmp_path, "healthy")
   result = launch_utils.run_launched(
       command, num_hosts, devices_per_host, timeout=90
   )
@@ -135,26 +88,6 @@ def test_healthy_job(tmp_path, num_hosts, devices_per_host):
   launch_utils.assert_no_survivors(launch_utils.read_pids(tmp_path / "pids"))
 
 
-_FAILING = """\
-MODE = sys.argv[2]
-if HOST == 0:
-  # Leaves a grandchild in its process group, and ignores SIGTERM so the
-  # launcher must escalate to SIGKILL.
-  signal.signal(signal.SIGTERM, signal.SIG_IGN)
-  child = subprocess.Popen(["sleep", "600"])
-  (PID_DIR / f"{child.pid}.pid").write_text(str(child.pid))
-  (PID_DIR / "ready").write_text("")
-  time.sleep(600)
-else:
-  while not (PID_DIR / "ready").exists():
-    time.sleep(0.05)
-  print("failing now", flush=True)
-  if MODE == "exit":
-    os._exit(3)
-  os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
 @pytest.mark.multihost
 @pytest.mark.parametrize(
     "mode,message,status",
@@ -164,7 +97,7 @@ else:
     ],
 )
 def test_failed_host_stops_the_job(tmp_path, mode, message, status):
-  command = _write_script(tmp_path, _FAILING, jax_init=True) + [mode]
+  command = _host_command(tmp_path, "failing") + [mode]
   start = time.monotonic()
   result = launch_utils.run_launched(command, 2, 2, timeout=120, grace=2)
   elapsed = time.monotonic() - start
@@ -181,20 +114,9 @@ def test_failed_host_stops_the_job(tmp_path, mode, message, status):
   launch_utils.assert_no_survivors(pids)
 
 
-_HANG = """\
-if HOST == 0:
-  print("entering collective", flush=True)
-  multihost_utils.process_allgather(np.arange(4))
-  print("left collective", flush=True)
-else:
-  print("sleeping", flush=True)
-  time.sleep(600)
-"""
-
-
 @pytest.mark.multihost
 def test_collective_hang_is_stopped_by_timeout(tmp_path):
-  command = _write_script(tmp_path, _HANG, jax_init=True)
+  command = _host_command(tmp_path, "hang")
   start = time.monotonic()
   result = launch_utils.run_launched(command, 2, 1, timeout=12, grace=2)
   elapsed = time.monotonic() - start
@@ -216,7 +138,7 @@ def test_collective_hang_is_stopped_by_timeout(tmp_path):
 
 def _start_sleepers(tmp_path: pathlib.Path, num_hosts: int):
   """Starts a launcher whose hosts sleep; returns it once all hosts run."""
-  command = _write_script(tmp_path, "time.sleep(600)\n", jax_init=False)
+  command = _host_command(tmp_path, "sleep")
   proc = subprocess.Popen(
       launch_utils.launcher_command(
           command, num_hosts=num_hosts, devices_per_host=1, grace=2
@@ -262,11 +184,7 @@ def test_hosts_die_with_a_killed_launcher(tmp_path):
 def _marker_command(tmp_path: pathlib.Path) -> tuple[list[str], pathlib.Path]:
   """A command that leaves a marker file if it ever runs."""
   marker = tmp_path / "started"
-  script = tmp_path / "marker.py"
-  script.write_text(
-      f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x')\n"
-  )
-  return [sys.executable, str(script)], marker
+  return [sys.executable, str(_HOST), "marker", str(marker)], marker
 
 
 @pytest.mark.parametrize(
@@ -426,12 +344,8 @@ def test_launch_gives_each_gpu_process_its_devices(tmp_path, capsys,
   monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # The user's, if set.
   plan = platforms.plan_local_hosts(platforms.Machine(gpus=4), num_hosts=2,
                                     devices_per_host=None)
-  code = ("import json, os, sys; json.dump({k: os.environ.get(k) for k in"
-          " ('JAX_PLATFORMS', 'TUNIX_MCJAX_LOCAL_DEVICE_IDS',"
-          " 'TUNIX_MCJAX_DEVICES_PER_HOST', 'TUNIX_MCJAX_HOST_ID')},"
-          f" open({str(tmp_path)!r} + '/' + os.environ['TUNIX_MCJAX_HOST_ID'],"
-          " 'w'))")
-  status = launch.launch([sys.executable, "-c", code], plan=plan,
+  status = launch.launch([sys.executable, str(_HOST), "env", str(tmp_path)],
+                         plan=plan,
                          timeout_s=60, host_main=lambda: 0)
   captured = capsys.readouterr()
   assert status == 0, captured
@@ -453,12 +367,8 @@ def test_free_port_is_bindable_on_loopback():
 
 @pytest.mark.multihost
 def test_launch_api_forwards_output_and_status(capsys):
-  code = (
-      "import os, sys; host = int(os.environ['TUNIX_MCJAX_HOST_ID']);"
-      " print('hello', host); sys.exit(0 if host == 0 else 5)"
-  )
   status = launch.launch(
-      [sys.executable, "-c", code],
+      [sys.executable, str(_HOST), "hello"],
       num_hosts=2,
       devices_per_host=1,
       timeout_s=60,
@@ -472,39 +382,21 @@ def test_launch_api_forwards_output_and_status(capsys):
 
 
 def test_importing_the_launcher_imports_no_jax():
-  code = ("import sys, tunix_mcjax.launch;"
-          " assert 'jax' not in sys.modules, sorted(sys.modules)")
-  subprocess.run([sys.executable, "-c", code], check=True,
+  subprocess.run([sys.executable, str(_LIGHT_IMPORTS), "jax",
+                  "tunix_mcjax.launch"], check=True,
                  env=launch_utils.launcher_env())
-
-
-_RELAUNCHING = textwrap.dedent("""\
-    import os, sys
-    from tunix_mcjax import launch, runtime
-
-    out = sys.argv[1]
-    if not runtime.in_multi_controller_environment():
-      sys.exit(launch.relaunch_as_local_hosts(
-          sys.argv[1:], num_hosts=2, devices_per_host=3, timeout_s=60,
-          fresh_files=[out, None], note="demo"))
-    host = os.environ[runtime.ENV_HOST_ID]
-    with open(out, "a") as f:
-      f.write(f"{host} {os.environ[runtime.ENV_DEVICES_PER_HOST]}"
-              f" {sys.argv[1:]} {__spec__.name if __spec__ else None}\\n")
-""")
 
 
 @pytest.mark.multihost
 @pytest.mark.parametrize("as_module", [False, True])
 def test_relaunch_as_local_hosts(tmp_path, as_module):
   """A script or `-m` module re-runs itself as local hosts, same arguments."""
-  (tmp_path / "relaunching.py").write_text(_RELAUNCHING)
   out = tmp_path / "out.txt"
   out.write_text("from an earlier run\n")  # Removed first: one run per file.
   program = (["-m", "relaunching"] if as_module
-             else [str(tmp_path / "relaunching.py")])
+             else [str(_RELAUNCHING)])
   env = launch_utils.launcher_env(
-      {"PYTHONPATH": os.pathsep.join([str(tmp_path),
+      {"PYTHONPATH": os.pathsep.join([str(_SUPPORT),
                                       str(launch_utils.REPO_ROOT)])})
   result = subprocess.run(
       [sys.executable, *program, str(out)], env=env, cwd=tmp_path,
@@ -517,49 +409,15 @@ def test_relaunch_as_local_hosts(tmp_path, as_module):
   assert lines == [f"{h} 3 {[str(out)]} {spec}" for h in (0, 1)]
 
 
-_FORKING = textwrap.dedent("""\
-    import atexit, json, os, sys
-    import jax  # Imported, its backend not started: what hosts inherit.
-    from tunix_mcjax import launch, runtime
-
-    out, mode = sys.argv[1], sys.argv[2]
-
-    def host_main():
-      from jax.experimental import multihost_utils
-      import numpy as np
-      info = runtime.initialize()
-      host = info.process_index
-      atexit.register(lambda: open(out, "a").write(f"atexit {host}\\n"))
-      gathered = multihost_utils.process_allgather(np.array([host]))
-      with open(out, "a") as f:
-        f.write(json.dumps({
-            "host": host, "pid": os.getpid(), "ppid": os.getppid(),
-            "sid": os.getsid(0), "devices": jax.local_device_count(),
-            "platform": jax.default_backend(),
-            "gathered": np.asarray(gathered).ravel().tolist()}) + "\\n")
-      print(f"line from host {host}")
-      if mode == "fail" and host == 1:
-        raise RuntimeError("host 1 gives up")
-      if mode == "exit" and host == 1:
-        sys.exit(3)
-
-    print(json.dumps({"launcher": os.getpid()}), flush=True)
-    sys.exit(launch.relaunch_as_local_hosts(
-        sys.argv[1:], num_hosts=2, devices_per_host=2, timeout_s=90,
-        host_main=host_main))
-""")
-
-
 @pytest.mark.multihost
 @pytest.mark.parametrize("mode,status", [("ok", 0), ("fail", 1), ("exit", 3)])
 def test_hosts_forked_from_the_launching_process(tmp_path, mode, status):
   """With `host_main`, hosts are forked children that form a real JAX job:
   their own sessions, the job's variables, a working collective, exit
   statuses and atexit handlers as in a new interpreter."""
-  (tmp_path / "forking.py").write_text(_FORKING)
   out = tmp_path / "out.txt"
   result = subprocess.run(
-      [sys.executable, str(tmp_path / "forking.py"), str(out), mode],
+      [sys.executable, str(_FORKING), str(out), mode],
       env=launch_utils.launcher_env(), cwd=tmp_path, capture_output=True,
       text=True, timeout=150)
   assert result.returncode == status, launch_utils.describe(result)

@@ -39,7 +39,6 @@ difference 1e-8, 10 of 75,136 elements above 1e-5, largest 1.2e-4.
 import json
 import pathlib
 import sys
-import textwrap
 
 import launch_utils
 import numpy as np
@@ -54,35 +53,16 @@ COMMON = dict(steps=2, batch_size=4, num_generations=4, max_new_tokens=4,
               beta=0.04, seed=3, learning_rate=1e-2)
 NUM_PARAMS = 24  # Leaves of models.tiny_qwen3_config()'s parameter tree.
 
-_SCRIPT = textwrap.dedent("""
-    import sys
-    from absl import logging
-    from tunix_mcjax import runtime
-    runtime.initialize()
-    from tunix_mcjax.recipes import grpo_job
-
-    logging.set_verbosity(logging.WARNING)
-    out = sys.argv[1]
-    common = {common!r}
-    runs = {{
-        "base": dict(profile="base"),
-        "o124": dict(profile="optimized", balance_admission=False,
-                     trace_steps=(2,), trace_dir=out + "/trace"),
-        "o3": dict(profile="base", balance_admission=True),
-    }}
-    for name, kw in runs.items():
-      grpo_job.run(grpo_job.GrpoJobConfig(
-          backend="mcjax", dump_dir=f"{{out}}/{{name}}",
-          metrics_out=f"{{out}}/{{name}}/metrics.jsonl", **common, **kw))
-""").format(common=COMMON)
+# Runs on each of 2 hosts: `optimization_runs.py OUT COMMON_JSON`.
+_PROGRAM = pathlib.Path(__file__).resolve().parent / "support" / (
+    "optimization_runs.py")
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> pathlib.Path:
   tmp = tmp_path_factory.mktemp("opt_e2e")
-  script = tmp / "runs.py"
-  script.write_text(_SCRIPT)
-  res = launch_utils.run_launched([sys.executable, str(script), str(tmp)],
+  res = launch_utils.run_launched([sys.executable, str(_PROGRAM), str(tmp),
+                                   json.dumps(COMMON)],
                                   num_hosts=2, devices_per_host=2,
                                   timeout=400)
   launch_utils.assert_ok(res)

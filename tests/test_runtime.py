@@ -16,14 +16,20 @@
 
 import dataclasses
 import subprocess
+import pathlib
 import sys
-import textwrap
 
 import launch_utils
 import numpy as np
 import pytest
 
 from tunix_mcjax import runtime
+
+_SUPPORT = pathlib.Path(__file__).resolve().parent / "support"
+# Single-process start-ups, each in a fresh interpreter.
+_START = _SUPPORT / "runtime_start.py"
+# Host programs: `meshes OUT` and `train OUT`.
+_HOST = _SUPPORT / "runtime_host.py"
 
 _LAUNCHER_VARS = (
     runtime.ENV_COORDINATOR,
@@ -252,14 +258,16 @@ def test_a_failing_detector_is_an_error_only_where_a_cluster_is_likely(
 # --- Single-process start-up (fresh interpreters) -----------------------------
 
 
-def _run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _run_start(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+  """Runs `runtime_start.py ARGS` outside any job (no launcher or cluster
+  variables)."""
   environ = launch_utils.launcher_env()
   for name in _LAUNCHER_VARS + _CLUSTER_VARS + ("XLA_FLAGS",):
     environ.pop(name, None)
   environ["JAX_PLATFORMS"] = "cpu"
   environ.update(env)
   return subprocess.run(
-      [sys.executable, "-c", textwrap.dedent(code)],
+      [sys.executable, str(_START), *args],
       env=environ,
       capture_output=True,
       text=True,
@@ -269,21 +277,7 @@ def _run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_initialize_single_process_is_idempotent():
-  result = _run_python("""
-      from tunix_mcjax import runtime
-      info = runtime.initialize(runtime.RuntimeConfig(local_device_count=3))
-      assert info == runtime.RuntimeInfo(
-          process_index=0, process_count=1, local_device_count=3,
-          global_device_count=3, source="single"), info
-      assert runtime.initialize() is info
-      try:
-        runtime.initialize(runtime.RuntimeConfig(local_device_count=2))
-      except RuntimeError as e:
-        assert "cannot be re-run" in str(e), e
-      else:
-        raise AssertionError("a different config was accepted")
-      print("SINGLE OK")
-      """)
+  result = _run_start("idempotent")
   assert "SINGLE OK" in result.stdout, result.stderr
 
 
@@ -297,12 +291,7 @@ def test_taken_coordinator_port_is_a_clear_error_not_a_hang():
     other.listen()
     port = other.getsockname()[1]
     start = time.monotonic()
-    result = _run_python(f"""
-        from tunix_mcjax import runtime
-        runtime.initialize(runtime.RuntimeConfig(
-            coordinator_address="127.0.0.1:{port}", num_processes=2,
-            process_id=0, initialization_timeout_s=100))
-        """)
+    result = _run_start("taken_port", str(port))
     elapsed = time.monotonic() - start
   assert result.returncode != 0, result.stdout
   assert (f"CoordinatorAddressError: coordinator port {port} on 127.0.0.1 is"
@@ -311,97 +300,18 @@ def test_taken_coordinator_port_is_a_clear_error_not_a_hang():
 
 
 def test_initialize_after_jax_use_is_a_clear_error():
-  result = _run_python("""
-      import jax
-      from tunix_mcjax import runtime
-      jax.devices()
-      runtime.initialize(runtime.RuntimeConfig(local_device_count=2))
-      """)
+  result = _run_start("after_jax_use")
   assert result.returncode != 0
   assert "JAX was already used in this process" in result.stderr, result.stderr
 
 
 # --- Multi-host start-up and meshes -------------------------------------------
 
-_HOST_PREAMBLE = """\
-import json, os, pathlib, sys
-import numpy as np
-import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from tunix_mcjax import runtime
-INFO = runtime.initialize()
-OUT = pathlib.Path(sys.argv[1])
-"""
-
-_MESH_CHECKS = """\
-me = INFO.process_index
-assert INFO.source == "launcher" and INFO.process_count == 2, INFO
-assert runtime.initialize() is INFO
-
-def hosts(devices):
-  return [d.process_index for d in np.asarray(devices).flat]
-
-expected = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
-gm = runtime.global_mesh()
-assert gm.axis_names == ("fsdp", "tp") and gm.devices.shape == (4, 1)
-assert list(gm.devices.flat) == expected
-assert hosts(gm.devices) == [0, 0, 1, 1]
-
-gm2 = runtime.global_mesh(tp=2)
-assert gm2.devices.shape == (2, 2)
-assert [hosts(row) for row in gm2.devices] == [[0, 0], [1, 1]]
-for bad_tp in (3, 4):
-  try:
-    runtime.global_mesh(tp=bad_tp)
-  except ValueError as e:
-    assert "must divide the number of devices per host (2)" in str(e), e
-  else:
-    raise AssertionError(f"tp={bad_tp} was accepted")
-
-# Hybrid sharding: one data row per host, fsdp within it.
-hm = runtime.global_mesh(kind="hsdp")
-assert hm.axis_names == ("data", "fsdp", "tp") and hm.devices.shape == (2, 2, 1)
-assert list(hm.devices.flat) == expected
-assert [set(hosts(block)) for block in hm.devices] == [{0}, {1}]
-assert runtime.global_mesh(kind="hsdp", tp=2).devices.shape == (2, 1, 2)
-assert runtime.local_mesh(axis_names=hm.axis_names).devices.shape == (1, 2, 1)
-
-lm = runtime.local_mesh()
-assert lm.devices.shape == (2, 1)
-assert list(lm.devices.flat) == sorted(jax.local_devices(), key=lambda d: d.id)
-assert hosts(lm.devices) == [me, me]
-assert runtime.local_mesh(tp=2).devices.shape == (1, 2)
-
-# The publication's host view: every host's block laid out like its local
-# mesh, hosts on a leading axis.
-from tunix_mcjax import publication
-view1 = publication.host_view_mesh(lm)
-assert view1.axis_names == ("host", "fsdp", "tp")
-assert view1.devices.shape == (2, 2, 1)
-assert [set(hosts(block)) for block in view1.devices] == [{0}, {1}]
-assert list(view1.devices[me].flat) == list(lm.devices.flat)
-
-# What the view is for: replicated over hosts, sharded within a host, so each
-# host holds a full copy laid out over its own devices.
-full = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
-x = jax.make_array_from_callback(
-    full.shape, NamedSharding(gm, P("fsdp")), lambda idx: full[idx])
-per_host = jax.jit(
-    lambda a: a, out_shardings=NamedSharding(view1, P("fsdp")))(x)
-shards = sorted(per_host.addressable_shards, key=lambda s: s.index[0].start)
-assert len(shards) == 2
-np.testing.assert_array_equal(
-    np.concatenate([np.asarray(s.data) for s in shards]), full)
-print("MESH OK")
-"""
-
-
 @pytest.mark.multihost
 def test_meshes_in_two_host_job(tmp_path):
-  script = tmp_path / "mesh.py"
-  script.write_text(_HOST_PREAMBLE + _MESH_CHECKS)
   result = launch_utils.run_launched(
-      [sys.executable, str(script), str(tmp_path)], 2, 2, timeout=120
+      [sys.executable, str(_HOST), "meshes", str(tmp_path)], 2, 2,
+      timeout=120
   )
   launch_utils.assert_ok(result)
   for host in range(2):
@@ -410,79 +320,9 @@ def test_meshes_in_two_host_job(tmp_path):
 
 # --- FSDP train step: 2 hosts x 2 devices == 1 host x 4 devices --------------
 
-_TRAIN = """\
-import functools
-import jax.numpy as jnp
-from jax.experimental import multihost_utils
-import optax
-
-STEPS, BATCH, D_IN, D_H, D_OUT = 3, 16, 8, 16, 4
-rng = np.random.default_rng(0)
-init = {
-    "w1": rng.normal(size=(D_IN, D_H)).astype(np.float32) * 0.5,
-    "b1": rng.normal(size=(D_H,)).astype(np.float32) * 0.1,
-    "w2": rng.normal(size=(D_H, D_OUT)).astype(np.float32) * 0.5,
-    "b2": np.zeros((D_OUT,), np.float32),
-}
-xs = rng.normal(size=(STEPS, BATCH, D_IN)).astype(np.float32)
-ys = rng.normal(size=(STEPS, BATCH, D_OUT)).astype(np.float32)
-
-mesh = runtime.global_mesh()
-specs = {"w1": P("fsdp", None), "b1": P("fsdp"), "w2": P("fsdp", None),
-         "b2": P()}
-param_sh = {k: NamedSharding(mesh, s) for k, s in specs.items()}
-batch_sh = NamedSharding(mesh, P("fsdp", None))
-params = {k: jax.make_array_from_callback(v.shape, param_sh[k],
-                                          lambda idx, v=v: v[idx])
-          for k, v in init.items()}
-opt = optax.adam(1e-2)
-# opt.init alone would leave the step count on one device; give every state
-# leaf an explicit global sharding (moments like their parameter, which the
-# distinct shapes identify) and pin it in the step's in/out shardings.
-spec_by_shape = {v.shape: specs[k] for k, v in init.items()}
-assert len(spec_by_shape) == len(init)
-state_sh = jax.tree.map(
-    lambda leaf: NamedSharding(mesh, spec_by_shape.get(leaf.shape, P())),
-    jax.eval_shape(opt.init, params))
-opt_state = jax.jit(opt.init, out_shardings=state_sh)(params)
-
-def loss_fn(p, x, y):
-  h = jnp.tanh(x @ p["w1"] + p["b1"])
-  return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
-
-@functools.partial(
-    jax.jit,
-    in_shardings=(param_sh, state_sh, batch_sh, batch_sh),
-    out_shardings=(param_sh, state_sh, NamedSharding(mesh, P())))
-def train_step(p, s, x, y):
-  loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
-  updates, s = opt.update(grads, s, p)
-  return optax.apply_updates(p, updates), s, loss
-
-# Each host feeds only its own rows: host h owns rows [h*per, (h+1)*per).
-per = BATCH // INFO.process_count
-rows = slice(INFO.process_index * per, (INFO.process_index + 1) * per)
-losses = []
-for step in range(STEPS):
-  x = jax.make_array_from_process_local_data(batch_sh, xs[step][rows],
-                                             xs[step].shape)
-  y = jax.make_array_from_process_local_data(batch_sh, ys[step][rows],
-                                             ys[step].shape)
-  params, opt_state, loss = train_step(params, opt_state, x, y)
-  losses.append(float(loss))
-final = {k: np.asarray(multihost_utils.process_allgather(v, tiled=True))
-         for k, v in params.items()}
-np.savez(OUT / f"params_{INFO.process_count}x{INFO.local_device_count}"
-         f"_host{INFO.process_index}.npz", losses=np.array(losses), **final)
-print("TRAIN OK")
-"""
-
-
 @pytest.mark.multihost
 def test_fsdp_train_step_matches_single_process(tmp_path):
-  script = tmp_path / "train.py"
-  script.write_text(_HOST_PREAMBLE + _TRAIN)
-  command = [sys.executable, str(script), str(tmp_path)]
+  command = [sys.executable, str(_HOST), "train", str(tmp_path)]
   for num_hosts, devices_per_host in ((2, 2), (1, 4)):
     result = launch_utils.run_launched(
         command, num_hosts, devices_per_host, timeout=120

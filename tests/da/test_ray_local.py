@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import psutil
@@ -44,59 +43,10 @@ import sockets
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 
-# Runs the session; prints one JSON line, then waits for SIGTERM.
-_PROBE = textwrap.dedent("""
-    import json, os, sys, time
-    from absl import logging
-    logging.set_verbosity(logging.INFO)
-    import ray
-    from tunix_mcjax.da import ray_local
-
-    config = ray_local.RaySessionConfig(num_cpus=2, start_timeout_s=240)
-    with ray_local.RaySession(config) as session:
-      env = {"JAX_PLATFORMS": "cpu",
-             "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-
-      @ray.remote(num_cpus=1, runtime_env={"env_vars": env})
-      class Probe:
-        def info(self):
-          import jax
-          return {"pid": os.getpid(), "device_count": jax.device_count(),
-                  "platform": jax.devices()[0].platform,
-                  "xla_flags": os.environ.get("XLA_FLAGS")}
-
-      t0 = time.perf_counter()
-      probe = Probe.remote()
-      info = ray.get(probe.info.remote(), timeout=240)
-      print(json.dumps({
-          "temp_dir": session.temp_dir, "start_s": session.start_s,
-          "actor_s": time.perf_counter() - t0, "actor": info,
-          "namespace": ray.get_runtime_context().namespace,
-          "auth_token_file": os.path.exists(
-              os.path.expanduser("~/.ray/auth_token")),
-      }), flush=True)
-      while True:
-        time.sleep(1)
-""")
-
-# Starts a session that cannot be up within its timeout.
-_TIMEOUT_PROBE = textwrap.dedent("""
-    import sys, time
-    from tunix_mcjax.da import ray_local
-
-    session = ray_local.RaySession(
-        ray_local.RaySessionConfig(start_timeout_s=0.3))
-    t0 = time.perf_counter()
-    try:
-      session.start()
-    except ray_local.RayStartTimeout as e:
-      print("ELAPSED", time.perf_counter() - t0)
-      print("TEMP_DIR", session.temp_dir)
-      print("MESSAGE", e)
-      sys.exit(0)
-    print("STARTED")
-    sys.exit(1)
-""")
+# Local Ray heads in a child process: `session` (prints one JSON line, then
+# waits for SIGTERM) and `start_timeout` (a session that cannot be up within
+# its timeout).
+_PROBE = _REPO / "tests" / "support" / "ray_local_probe.py"
 
 
 def _python_env() -> dict[str, str]:
@@ -140,12 +90,11 @@ def _mentioning(text: str) -> list[int]:
 def probe_run(tmp_path_factory):
   """One local Ray head in a child: its report, sockets, and what SIGTERM left."""
   tmp = tmp_path_factory.mktemp("ray_local")
-  script = tmp / "probe.py"
-  script.write_text(_PROBE)
   stderr_path = tmp / "stderr.txt"
   with open(stderr_path, "w") as stderr:
     child = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=stderr,
+        [sys.executable, str(_PROBE), "session"], stdout=subprocess.PIPE,
+        stderr=stderr,
         env=_python_env(), text=True)
   report = None
   try:
@@ -231,11 +180,10 @@ def test_sigterm_stops_every_ray_process(probe_run):
 
 
 @pytest.mark.multihost
-def test_start_timeout_names_what_to_check(tmp_path):
-  script = tmp_path / "timeout_probe.py"
-  script.write_text(_TIMEOUT_PROBE)
+def test_start_timeout_names_what_to_check():
   result = subprocess.run(
-      [sys.executable, str(script)], capture_output=True, text=True,
+      [sys.executable, str(_PROBE), "start_timeout"], capture_output=True,
+      text=True,
       env=_python_env(), timeout=120)
   assert result.returncode == 0, result.stdout + result.stderr[-4000:]
   lines = dict(l.split(" ", 1) for l in result.stdout.splitlines()

@@ -21,7 +21,7 @@ host's vLLM log-probs equal the LoRA trainer model's (the tolerance of
 test_vllm_multihost.py). Runs only where vLLM is installed (`.venv-vllm`).
 """
 
-import textwrap
+import pathlib
 
 import pytest
 
@@ -31,75 +31,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.multihost]
 
 pytest.importorskip("vllm")
 
-_SCRIPT = textwrap.dedent("""
-    import json
-    import numpy as np
-    from tunix_mcjax import runtime
-    info = runtime.initialize()
-    import jax, optax
-    from flax import nnx
-    from tunix.cli.utils import model as tunix_model_lib
-    from tunix.rl.grpo import grpo_learner
-    from tunix.rl.rollout import base_rollout
-    import tunix_mcjax
-    from tunix_mcjax import cluster as cluster_lib, compat, rules
-    from tunix_mcjax.recipes import models, tasks
-    from tests.support import engine_probe
-
-    gm = runtime.global_mesh()
-    cfg = models.tiny_qwen3_config(head_dim=32)
-    base = models.create_tiny_model(cfg, seed=4, mesh=gm)
-    lora = {"rank": 4, "alpha": 8.0,
-            "module_path": rules.DEFAULT_LORA_MODULES}
-    actor = tunix_model_lib.apply_lora_to_model(base, gm, lora)
-    roles = {compat.Role.ACTOR: gm, compat.Role.ROLLOUT: gm,
-             compat.Role.REFERENCE: gm}
-    cluster = tunix_mcjax.create_rl_cluster(
-        "mcjax", actor=actor, reference=base,
-        tokenizer=models.ToyTokenizer(),
-        cluster_config=compat.ClusterConfig(
-            role_to_mesh=roles, rollout_engine="vllm",
-            training_config=compat.RLTrainingConfig(
-                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=10**9,
-                max_steps=1),
-            rollout_config=base_rollout.RolloutConfig(
-                max_tokens_to_generate=6, max_prompt_length=4,
-                kv_cache_size=16, temperature=1.0, top_p=1.0, seed=0,
-                rollout_vllm_lora_config=lora)),
-        options=cluster_lib.McJaxOptions(engine="vllm", sampling_seed=0,
-                                         log_progress=False))
-    engine = cluster.rollout
-    h = info.process_index
-    probe = engine_probe.LogpsProbe(cluster, gm)
-    before_engine, before_trainer = probe.engine(), probe.trainer()
-    batches, rewards = tasks.dataset_from_spec(
-        "toy", batch_size=4, num_batches=1, seed=1)
-    learner = grpo_learner.GRPOLearner(
-        rl_cluster=cluster,
-        algo_config=grpo_learner.GRPOConfig(num_generations=4,
-                                            num_iterations=1, beta=0.04),
-        reward_fns=rewards)
-    learner.train(cluster.shard_dataset(batches, num_generations=4))
-    after_engine, after_trainer = probe.engine(), probe.trainer()
-    adapters = nnx.state(cluster.actor_trainer.model, nnx.LoRAParam)
-    adapter_bytes = sum(x.size * x.dtype.itemsize
-                        for x in jax.tree.leaves(adapters))
-    eng = engine.last_update_stats
-    out = dict(
-        host=h, steps=len(cluster.step_records),
-        init_diff=float(np.abs(before_engine - before_trainer).max()),
-        after_diff=float(np.abs(after_engine - after_trainer).max()),
-        engine_change=float(np.abs(after_engine - before_engine).max()),
-        publish_bytes=cluster.step_records[-1]["publish_bytes"],
-        adapter_bytes=int(adapter_bytes),
-        reloaded_tensors=eng.num_tensors)
-    print("RESULT " + json.dumps(out), flush=True)
-    cluster.close()
-""")
+# Runs on each of 2 hosts; prints the host's RESULT record.
+_PROGRAM = pathlib.Path(__file__).resolve().parents[1] / "support" / (
+    "vllm_lora_host.py")
 
 
-def test_vllm_engines_hold_the_merged_trained_adapters(tmp_path):
-  out = launch_utils.run_script_on_hosts(_SCRIPT, tmp_path, timeout=400)
+def test_vllm_engines_hold_the_merged_trained_adapters():
+  out = launch_utils.run_on_hosts(_PROGRAM, timeout=400)
   assert len(out) == 2
   for host, rec in out.items():
     assert rec["steps"] == 1, rec

@@ -25,7 +25,7 @@ host. Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`).
 """
 
 import json
-import textwrap
+import pathlib
 
 import pytest
 
@@ -37,89 +37,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.multihost]
 pytest.importorskip("vllm")
 
 
-_SCRIPT = textwrap.dedent("""
-    import json
-    import numpy as np
-    from tunix_mcjax import runtime
-    info = runtime.initialize()
-    import jax.numpy as jnp, optax
-    from flax import nnx
-    from tunix.rl.grpo import grpo_learner
-    from tunix.rl.rollout import base_rollout
-    import tunix_mcjax
-    from tunix_mcjax import cluster as cluster_lib, compat
-    from tunix_mcjax.recipes import models, tasks
-    from tests.support import engine_probe
-
-    gm = runtime.global_mesh()
-    cfg = models.tiny_qwen3_config(head_dim=32)
-    actor = models.create_tiny_model(cfg, seed=4, mesh=gm)
-    roles = {compat.Role.ACTOR: gm, compat.Role.ROLLOUT: gm,
-             compat.Role.REFERENCE: gm}
-    cluster = tunix_mcjax.create_rl_cluster(
-        "mcjax", actor=actor, reference=None,
-        tokenizer=models.ToyTokenizer(),
-        cluster_config=compat.ClusterConfig(
-            role_to_mesh=roles, rollout_engine="vllm",
-            training_config=compat.RLTrainingConfig(
-                actor_optimizer=optax.adam(3e-2), eval_every_n_steps=10**9,
-                max_steps=1),
-            rollout_config=base_rollout.RolloutConfig(
-                max_tokens_to_generate=6, max_prompt_length=4,
-                kv_cache_size=16, temperature=1.0, top_p=1.0, seed=0)),
-        options=cluster_lib.McJaxOptions(engine="vllm", sampling_seed=0,
-                                         log_progress=False))
-    engine = cluster.rollout
-
-    # Fixed tokens, different on each host, through this host's engine and
-    # the trainer's global model.
-    h = info.process_index
-    probe = engine_probe.LogpsProbe(cluster, gm)
-    before_engine, before_trainer = probe.engine(), probe.trainer()
-    batches, rewards = tasks.dataset_from_spec(
-        "toy", batch_size=4, num_batches=1, seed=1)
-    learner = grpo_learner.GRPOLearner(
-        rl_cluster=cluster,
-        algo_config=grpo_learner.GRPOConfig(num_generations=4,
-                                            num_iterations=1, beta=0.0),
-        reward_fns=rewards)
-    learner.train(cluster.shard_dataset(batches, num_generations=4))
-    after_engine, after_trainer = probe.engine(), probe.trainer()
-
-    # Mismatches fail on every host before any collective, naming the
-    # parameter.
-    errors = {}
-    missing = nnx.state(cluster.actor_trainer.model, nnx.Param)
-    del missing["layers"][0]["attn"]["v_proj"]
-    try:
-      cluster.publisher(missing)
-    except KeyError as e:
-      errors["missing"] = str(e)
-    wrong = nnx.state(cluster.actor_trainer.model, nnx.Param)
-    wrong["final_norm"]["w"] = nnx.Param(jnp.zeros((3,)))
-    try:
-      cluster.publisher(wrong)
-    except ValueError as e:
-      errors["shape"] = str(e)
-    pub, eng = cluster.publisher.last_stats, engine.last_update_stats
-    out = dict(
-        host=h, steps=len(cluster.step_records),
-        init_diff=float(np.abs(before_engine - before_trainer).max()),
-        after_diff=float(np.abs(after_engine - after_trainer).max()),
-        trainer_change=float(np.abs(after_trainer - before_trainer).max()),
-        engine_change=float(np.abs(after_engine - before_engine).max()),
-        publication=dict(bytes=pub.bytes, seconds=pub.seconds),
-        engine_update=dict(bytes=eng.bytes, seconds=eng.seconds,
-                           reload_seconds=eng.reload_seconds,
-                           num_tensors=eng.num_tensors),
-        errors=errors)
-    print("RESULT " + json.dumps(out), flush=True)
-    cluster.close()
-""")
+# Runs on each of 2 hosts; prints the host's RESULT record.
+_PROGRAM = pathlib.Path(__file__).resolve().parents[1] / "support" / (
+    "vllm_publication_host.py")
 
 
-def test_engines_generate_from_the_published_weights(tmp_path):
-  out = launch_utils.run_script_on_hosts(_SCRIPT, tmp_path, timeout=400)
+def test_engines_generate_from_the_published_weights():
+  out = launch_utils.run_on_hosts(_PROGRAM, timeout=400)
   for host, rec in out.items():
     assert rec["steps"] == 1, rec
     # Before and after the step, the engine's log-probs are the trainer's.

@@ -24,7 +24,6 @@ import json
 import os
 import pathlib
 import sys
-import textwrap
 from typing import Any
 
 from flax import nnx
@@ -507,41 +506,8 @@ def test_load_hf_qwen3_errors(tmp_path):
 # ----------------------------------------------------------------------------
 # Several processes (needs the launcher).
 
-_MULTIHOST_SCRIPT = textwrap.dedent("""\
-    import hashlib, json, sys
-    from tunix_mcjax import runtime
-    runtime.initialize()
-    import jax, numpy as np
-    from flax import nnx
-    from tunix_mcjax.recipes import models
-
-    def check(sharded, plain):
-      # Every addressable shard equals the same slice of a local, unsharded
-      # copy; the digest of the full values must then agree across hosts.
-      ref = jax.tree_util.tree_flatten_with_path(nnx.state(plain, nnx.Param))[0]
-      got = jax.tree_util.tree_leaves(nnx.state(sharded, nnx.Param))
-      digest, shards, global_leaves = hashlib.sha256(), 0, 0
-      for (path, want), arr in zip(ref, got):
-        want = np.asarray(want)
-        digest.update(jax.tree_util.keystr(path).encode())
-        digest.update(want.tobytes())
-        global_leaves += not arr.is_fully_addressable
-        for shard in arr.addressable_shards:
-          np.testing.assert_array_equal(
-              np.asarray(shard.data), want[shard.index])
-          shards += 1
-      return {"digest": digest.hexdigest(), "shards": shards,
-              "global_leaves": global_leaves, "leaves": len(got)}
-
-    mesh = runtime.global_mesh()
-    cfg = models.tiny_qwen3_config()
-    report = {"tiny": check(models.create_tiny_model(cfg, seed=11, mesh=mesh),
-                            models.create_tiny_model(cfg, seed=11))}
-    sharded, _, _ = models.load_hf_qwen3(sys.argv[1], mesh=mesh)
-    plain, _, _ = models.load_hf_qwen3(sys.argv[1], mesh=None)
-    report["hf"] = check(sharded, plain)
-    print("REPORT " + json.dumps(report), flush=True)
-""")
+# Runs on each of 2 hosts: `tiny_models_host.py CHECKPOINT`.
+_MULTIHOST_PROGRAM = REPO_ROOT / "tests" / "support" / "tiny_models_host.py"
 
 
 @pytest.mark.multihost
@@ -551,10 +517,8 @@ def test_multihost_creation_and_loading_agree(tmp_path):
   import launch_utils  # pylint: disable=g-import-not-at-top
 
   write_tiny_hf_checkpoint(tmp_path / "ck", tied=False, seed=4)
-  script = tmp_path / "host.py"
-  script.write_text(_MULTIHOST_SCRIPT)
   result = launch_utils.run_launched(
-      [sys.executable, str(script), str(tmp_path / "ck")],
+      [sys.executable, str(_MULTIHOST_PROGRAM), str(tmp_path / "ck")],
       num_hosts=2,
       devices_per_host=2,
       timeout=180,

@@ -14,16 +14,16 @@
 
 """The engine-vs-trainer log-prob probe of the multi-host engine tests.
 
-A host script (tests/engines/test_vllm_multihost.py,
-tests/engines/test_vllm_lora_multihost.py, tests/maxtext/test_maxtext_vllm.py)
-asks its cluster for the log-probs of fixed tokens twice: from this host's
-engine, and from the trainer's global (FSDP) model over every host's rows.
-Equal values show the engine holds the published weights.
+A host program (tests/support/vllm_publication_host.py,
+vllm_lora_host.py, maxtext_vllm_host.py) asks its cluster for the log-probs
+of fixed tokens twice: from this host's engine, and from the trainer's
+global (FSDP) model over every host's rows. Equal values show the engine
+holds the published weights.
 
-Host processes have the repository root on PYTHONPATH (`launch_utils`), not
-tests/support/, so host scripts import this module as
-`from tests.support import engine_probe` (a namespace package: tests/ has no
-__init__.py). It imports JAX: import it after `runtime.initialize()`.
+Host programs live next to this module and are run by path, so Python puts
+tests/support/ first on their sys.path: they `import engine_probe` as the
+tests import every helper here. It imports JAX: import it after
+`runtime.initialize()`.
 """
 
 from collections.abc import Callable

@@ -252,20 +252,19 @@ def host_results(
   return out
 
 
-def run_script_on_hosts(
-    script_text: str,
-    directory: pathlib.Path,
-    *,
+def run_on_hosts(
+    program: str | os.PathLike[str],
+    *args: str,
     num_hosts: int = 2,
     devices_per_host: int = 2,
     timeout: float = 240,
 ) -> dict[int, dict]:
-  """Writes `script_text` into `directory`, runs it on every host, checks the
-  launch succeeded and returns each host's `RESULT` record."""
-  script = directory / "host_script.py"
-  script.write_text(script_text)
-  res = run_launched(script, num_hosts=num_hosts,
-                     devices_per_host=devices_per_host, timeout=timeout)
+  """Runs the host program `program` (a file, typically under tests/support/)
+  with `args` on every host, checks the launch succeeded and returns each
+  host's `RESULT` record."""
+  res = run_launched([sys.executable, os.fspath(program), *args],
+                     num_hosts=num_hosts, devices_per_host=devices_per_host,
+                     timeout=timeout)
   assert_ok(res)
   return host_results(res, num_hosts)
 
