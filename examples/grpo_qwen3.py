@@ -200,12 +200,19 @@ def _run_host(cfg: grpo_job.GrpoJobConfig) -> None:
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
 
+  from tunix_mcjax import host_failure  # pylint: disable=g-import-not-at-top
+
   try:
     summary = grpo_job.run(cfg)
   except (validation.InputError, checkpointing.CheckpointError) as e:
     # Data, reward function or tokenizer; a checkpoint that does not fit the
     # job, or a failed save: the message names the fix.
     _user_error(e)
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    # Said (a lost peer in one line), and this host ends at once instead of
+    # waiting for the others at JAX's shutdown barrier.
+    host_failure.end_host(e, program="grpo_qwen3.py",
+                          host_index=host_failure.host_index())
   if os.environ.get(runtime.ENV_HOST_ID, "0") == "0":
     _print_summary(cfg, summary)
 

@@ -18,6 +18,8 @@
   non-zero within 30 s, naming the host, and leaves no process behind.
 * A host stopped (SIGSTOP) mid-run: the other host's step watchdog ends it
   within --step_timeout_s, naming the step, and the job ends.
+* Hosts started without the launcher (explicit coordinator variables): a
+  killed host ends the other within 60 s, which names the peer it lost.
 * A wrong flag or bad data: one line naming the fix, exit 2, no traceback,
   before any host starts.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +38,7 @@ import example_runs
 import launch_utils
 import pytest
 
+from tunix_mcjax import runtime
 from tunix_mcjax import step_watchdog
 
 EXAMPLE = example_runs.EXAMPLE
@@ -149,6 +153,63 @@ def test_a_stopped_host_is_caught_by_the_other_hosts_step_watchdog(tmp_path):
   assert elapsed < _STEP_TIMEOUT_S + 30, (
       f"the job took {elapsed:.1f} s to stop")
   launch_utils.assert_no_survivors(list(job.hosts.values()))
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_without_a_launcher_a_killed_host_ends_the_others_naming_it(tmp_path):
+  # Hosts started as a cluster scheduler starts them (the explicit
+  # coordinator variables a GKE or TPU-pod launcher sets), no launcher to
+  # stop them: the survivor's next collective fails, and it says which peer
+  # it lost in one line and exits at once, not after JAX's heartbeat
+  # timeout and shutdown barrier (about 70 s here before).
+  launch_utils.require_markers("multihost", "e2e")
+  metrics = tmp_path / "metrics.jsonl"
+  env = launch_utils.launcher_env({
+      "JAX_PLATFORMS": "cpu",
+      "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+      runtime.ENV_COORDINATOR: f"127.0.0.1:{_free_port()}",
+      runtime.ENV_NUM_HOSTS: "2",
+      runtime.ENV_DEVICES_PER_HOST: "1"})
+  hosts = []
+  try:
+    for i in range(2):
+      with open(tmp_path / f"host{i}.txt", "w") as out:
+        hosts.append(subprocess.Popen(
+            [sys.executable, str(EXAMPLE), *_TINY[:1], *_TINY[3:],
+             "--steps=500", f"--metrics_out={metrics}"],
+            env={**env, runtime.ENV_HOST_ID: str(i)}, stdout=out,
+            stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + 400
+    while not (metrics.exists() and metrics.read_text().strip()):
+      assert all(h.poll() is None for h in hosts), (
+          (tmp_path / "host0.txt").read_text()[-3000:])
+      assert time.monotonic() < deadline, "no step finished in 400 s"
+      time.sleep(0.2)
+    hosts[1].kill()
+    killed = time.monotonic()
+    status = hosts[0].wait(timeout=120)
+    elapsed = time.monotonic() - killed
+  finally:
+    for h in hosts:
+      if h.poll() is None:
+        h.kill()
+      h.wait()
+  out = (tmp_path / "host0.txt").read_text()
+  assert status == 1, out[-3000:]
+  lines = [l for l in out.splitlines()
+           if l.startswith("grpo_qwen3.py: error: host 0 (")]
+  assert len(lines) == 1, out[-3000:]
+  assert "a collective lost the host at 127.0.0.1:" in lines[0]
+  assert "it died or was cut off from this host" in lines[0]
+  assert elapsed < 60, f"host 0 took {elapsed:.1f} s to stop"
+  launch_utils.assert_no_survivors([h.pid for h in hosts])
 
 
 def _run_example(*args: str) -> subprocess.CompletedProcess[str]:

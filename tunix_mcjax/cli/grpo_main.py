@@ -307,10 +307,16 @@ def _run_pipeline_or_fail(argv: list[str], options: CliOptions) -> None:
   from tunix_mcjax import checkpointing  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import validation  # pylint: disable=g-import-not-at-top
 
+  from tunix_mcjax import host_failure  # pylint: disable=g-import-not-at-top
+
   try:
     run_pipeline(argv, options)
   except (validation.InputError, checkpointing.CheckpointError) as e:
     _fail(str(e))
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    # Said, and this host ends at once (not at JAX's shutdown barrier).
+    host_failure.end_host(e, program="grpo_main",
+                          host_index=host_failure.host_index())
 
 
 def main(argv: Sequence[str]) -> None:
