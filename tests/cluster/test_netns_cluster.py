@@ -159,9 +159,8 @@ def test_same_numbers_as_the_local_launcher(cluster_run, shared_runs):
   example_runs.assert_same_rollouts_and_rewards(local, cluster_run["out"])
   example_runs.assert_same_losses_and_parameters(local, cluster_run["out"])
   example_runs.assert_parameters_moved(cluster_run["out"])
-  # Each host found the cluster by itself and reported its place in it.
-  for name, text in cluster_run["consoles"].items():
-    assert "[grpo] mean reward" in text, name
+  # Process 0 (node0) summed up the job it found by itself.
+  assert "[grpo] mean reward" in cluster_run["consoles"]["console_node0.txt"]
 
 
 def test_listens_only_on_its_cluster_address(cluster_run):
