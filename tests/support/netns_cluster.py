@@ -178,10 +178,10 @@ class Cluster:
 
   def _write_etc(self, host: Host) -> None:
     if not NETNS_ETC.exists():
-      NETNS_ETC.mkdir(mode=0o755)
       self._made_netns_etc = True
     etc = NETNS_ETC / host.netns
-    etc.mkdir(mode=0o755)
+    # parents: another run may remove an empty /etc/netns at any moment.
+    etc.mkdir(mode=0o755, parents=True)
     self._made_etc.append(etc)
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
     if self._hosts_file == "cluster":
