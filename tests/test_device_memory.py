@@ -100,19 +100,52 @@ def test_tunix_defaults_pass_and_map_to_nothing_but_the_share():
       "gpu_memory_utilization": vllm_keys.DEFAULT_HBM_UTILIZATION}
 
 
-def test_every_refused_key_is_named_with_why():
+def test_values_that_would_change_the_numbers_are_refused_with_why():
   rollout = {
-      "rollout_vllm_server_mode": True,
-      "rollout_vllm_tpu_backend_type": "jax",
       "rollout_vllm_logprobs_mode": "raw_logprobs",
-      "rollout_vllm_sampling_kwargs": {"min_p": 0.1},
+      "rollout_vllm_sampling_kwargs": {"min_p": 0.1, "stop": None,
+                                       "detokenize": False},
   }
   problem = vllm_keys.vllm_keys(rollout)
   assert problem is not None
-  for key in rollout:
-    assert f"rollout_config.{key}=" in problem.message
-  assert "there is no server mode" in problem.message
-  assert "on TPU use the 'vllm_tpu' engine" in problem.message
+  assert "rollout_config.rollout_vllm_logprobs_mode='raw_logprobs'" in (
+      problem.message)
+  # Only the entry that changes something is named.
+  assert "rollout_vllm_sampling_kwargs={'min_p': 0.1}" in problem.message
+  assert vllm_keys.vllm_keys(
+      {"rollout_vllm_sampling_kwargs": {"stop": ["\n\n"]}}) is not None
+
+
+def test_maxtext_train_rl_s_rollout_config_passes_and_what_is_unused_is_said():
+  # What MaxText's train_rl sets (maxtext 0.2.5, trainers/post_train/rl/
+  # train_rl.py, defaults of rl.yml), whatever the engine: it must run on
+  # this engine (rl_rollout_engine=mcjax:vllm), the settings this engine
+  # does not use named in one line.
+  rollout = {
+      "rollout_vllm_model_version": "/ckpt/tokenizer",
+      "rollout_vllm_hbm_utilization": 0.72,
+      "rollout_vllm_tpu_backend_type": "jax",
+      "rollout_vllm_hf_config_path": None,
+      "rollout_vllm_additional_config": {},
+      "rollout_vllm_init_with_random_weights": True,
+      "rollout_vllm_enable_dp_attention": False,
+      "rollout_vllm_max_num_batched_tokens": None,
+      "rollout_vllm_max_num_seqs": None,
+      "rollout_vllm_async_scheduling": True,
+      "rollout_vllm_server_mode": False,
+      "rollout_vllm_reshard_chunk_size": None,
+      "rollout_vllm_kwargs": {"hf_overrides": {}, "dtype": "bfloat16"},
+      "rollout_vllm_sampling_kwargs": {"stop": None, "detokenize": False,
+                                       "include_stop_str_in_output": False},
+  }
+  assert vllm_keys.vllm_keys(rollout) is None
+  line = vllm_keys.unused_keys(rollout, prefix="")
+  for key in ("rollout_vllm_model_version", "rollout_vllm_tpu_backend_type",
+              "rollout_vllm_async_scheduling", "rollout_vllm_kwargs"):
+    assert key + "=" in line
+  assert "rollout_vllm_additional_config" not in line  # {}: unset.
+  assert vllm_keys.engine_settings(rollout) == {
+      "gpu_memory_utilization": 0.72}
 
 
 def test_every_tunix_vllm_key_is_either_honoured_or_refused():
@@ -122,29 +155,30 @@ def test_every_tunix_vllm_key_is_either_honoured_or_refused():
 
   tunix_keys = {f.name for f in dataclasses.fields(base_rollout.RolloutConfig)
                 if f.name.startswith("rollout_vllm_")}
-  assert tunix_keys == set(vllm_keys.HONOURED) | set(vllm_keys.REFUSED)
+  tables = (vllm_keys.HONOURED, vllm_keys.REFUSED, vllm_keys.UNUSED)
+  assert tunix_keys == set().union(*tables)
+  assert sum(len(t) for t in tables) == len(tunix_keys)  # Each in one.
 
 
 def test_the_engine_takes_the_honoured_keys_and_its_options_win():
   rollout = {"rollout_vllm_hbm_utilization": 0.4,
              "rollout_vllm_max_num_seqs": 8,
              "rollout_vllm_max_num_batched_tokens": 512,
-             "rollout_vllm_kwargs": {"swap_space": 2, "max_num_seqs": 9}}
+             "rollout_vllm_kwargs": {"swap_space": 2}}
   settings = vllm_options.llm_settings(
       vllm_options.VllmEngineOptions(), rollout, on_cpu=False)
-  # rollout_vllm_kwargs are vllm.LLM's own arguments: they win over the
-  # mapped keys, and the engine's explicit options over both.
-  assert settings == {"max_num_seqs": 9, "max_num_batched_tokens": 512,
-                      "gpu_memory_utilization": 0.4, "swap_space": 2}
+  # Tunix's rollout_vllm_kwargs are its own rollout's: not passed on.
+  assert settings == {"max_num_seqs": 8, "max_num_batched_tokens": 512,
+                      "gpu_memory_utilization": 0.4}
   settings = vllm_options.llm_settings(
       vllm_options.VllmEngineOptions(gpu_memory_utilization=0.1,
                                      engine_kwargs={"swap_space": 4}),
       rollout, on_cpu=True)
   assert "gpu_memory_utilization" not in settings  # Not on a CPU.
   assert settings["swap_space"] == 4
-  with pytest.raises(ValueError, match="rollout_vllm_server_mode=True"):
+  with pytest.raises(ValueError, match="rollout_vllm_logprobs_mode='raw"):
     vllm_options.llm_settings(vllm_options.VllmEngineOptions(),
-                              {"rollout_vllm_server_mode": True},
+                              {"rollout_vllm_logprobs_mode": "raw_logprobs"},
                               on_cpu=True)
 
 
@@ -166,12 +200,12 @@ def test_the_cli_refuses_vllm_keys_and_shares_before_hosts_start():
   config = {
       "rollout_engine": "mcjax:vllm",
       "rollout_config": {"rollout_vllm_hbm_utilization": 0.97,
-                         "rollout_vllm_server_mode": True},
+                         "rollout_vllm_logprobs_mode": "raw_logprobs"},
   }
   check = rules.check_job(config, num_hosts=1, devices_per_host=1,
                           engine_names=["native", "vllm"])
   text = " ".join(check.problems)
-  assert "rollout_config.rollout_vllm_server_mode=True" in text
+  assert "rollout_config.rollout_vllm_logprobs_mode='raw_logprobs'" in text
   assert "rollout_config.rollout_vllm_hbm_utilization=0.97 leaves JAX" in text
   # The same keys under the native engine are Tunix's to ignore.
   config["rollout_engine"] = "vanilla"

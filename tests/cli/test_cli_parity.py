@@ -105,10 +105,10 @@ def test_tunix_vllm_is_the_host_local_vllm_of_the_platform(cli, pipeline):
   assert cli.check_mcjax_config(
       pipeline("rollout_engine=vllm"), num_hosts=2) == 2
   with pytest.raises(cli.ConfigError,
-                     match="rollout_vllm_server_mode=True"):
+                     match="rollout_vllm_logprobs_mode='raw_logprobs'"):
     cli.check_mcjax_config(
         pipeline("rollout_engine=vllm",
-                 "rollout_config.rollout_vllm_server_mode=true"),
+                 "rollout_config.rollout_vllm_logprobs_mode=raw_logprobs"),
         num_hosts=2)
 
 
@@ -161,14 +161,14 @@ def test_tunix_vllm_keys_are_refused_before_hosts_start(base_config):
   proc = subprocess.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
        *base_config_fixture.COLOCATED, "rollout_engine=vllm",
-       "rollout_config.rollout_vllm_tpu_backend_type=jax",
+       "rollout_config.rollout_vllm_logprobs_mode=raw_logprobs",
        "--backend=mcjax", "--num_hosts=2"],
       env=env, capture_output=True, text=True, timeout=180,
   )
   out = proc.stdout + proc.stderr
   assert proc.returncode == 2, out[-3000:]
-  assert ("rollout_config.rollout_vllm_tpu_backend_type='jax': a"
-          " tpu-inference setting; on TPU use the 'vllm_tpu' engine") in out
+  assert ("rollout_config.rollout_vllm_logprobs_mode='raw_logprobs': log-probs"
+          " are those of the temperature-scaled distribution") in out
   assert "[launch]" not in out and "[host" not in out
 
 

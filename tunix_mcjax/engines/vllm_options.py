@@ -85,8 +85,8 @@ class VllmEngineOptions:
       VLLM_CPU_KVCACHE_SPACE unless already set).
     config_dir: where to write config.json; None: a temporary directory
       removed when the engine is closed.
-    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours and
-      the rollout config's rollout_vllm_kwargs).
+    engine_kwargs: extra keyword arguments for `vllm.LLM` (override ours;
+      Tunix's rollout_vllm_kwargs are its own vLLM rollout's, not these).
   """
 
   dtype: str | None = None
@@ -133,7 +133,7 @@ class VllmEngineOptions:
 def llm_settings(options: VllmEngineOptions, rollout_config: Any,
                  *, on_cpu: bool) -> dict[str, Any]:
   """`vllm.LLM` keyword arguments from Tunix's honoured rollout_vllm_* keys
-  and `options` (which win where set).
+  and `options` (which win where set); logs the set keys it does not use.
 
   Raises:
     ValueError: a rollout_vllm_* key the engine does not take is set
@@ -142,6 +142,9 @@ def llm_settings(options: VllmEngineOptions, rollout_config: Any,
   problem = vllm_keys.vllm_keys(rollout_config, prefix="RolloutConfig.")
   if problem is not None:
     raise ValueError(problem.message)
+  unused = vllm_keys.unused_keys(rollout_config)
+  if unused is not None:
+    logging.warning("%s", unused)
   keys = vllm_keys.engine_settings(rollout_config)
   out: dict[str, Any] = dict(
       max_num_seqs=options.max_num_seqs or keys.get("max_num_seqs")
@@ -152,7 +155,6 @@ def llm_settings(options: VllmEngineOptions, rollout_config: Any,
     out["gpu_memory_utilization"] = (
         options.gpu_memory_utilization or keys.get("gpu_memory_utilization")
         or DEFAULT_GPU_MEMORY_UTILIZATION)
-  out.update(keys.get("engine_kwargs", {}))
   out.update(dict(options.engine_kwargs))
   return out
 

@@ -14,9 +14,11 @@
 
 """Tunix's `rollout_vllm_*` keys under mcjax's PyTorch vLLM engine ('vllm').
 
-Each key is either honoured (mapped onto the engine's own setting) or, when
-set to anything but the value that means "unused", refused with the reason:
-nothing is ignored without a word. Reads a rollout config as a mapping or an
+Each key is honoured (mapped onto the engine's own setting), refused with
+the reason when its value would change the numbers (another log-prob mode,
+stop strings), or, a setting of Tunix's own vLLM rollout that recipes set
+whatever the engine (MaxText's train_rl sets most of them), named in one
+line when the engine starts: nothing is ignored without a word. Reads a rollout config as a mapping or an
 object (Tunix's `RolloutConfig`), imports no JAX, Tunix or vLLM: the CLI
 checks the keys before any host starts, the engine again when it starts.
 """
@@ -37,47 +39,56 @@ HONOURED = {
     " for vLLM; JAX gets the rest, `device_memory`)",
     "rollout_vllm_max_num_seqs": "max_num_seqs",
     "rollout_vllm_max_num_batched_tokens": "max_num_batched_tokens",
-    "rollout_vllm_kwargs": "keyword arguments of vllm.LLM",
     "rollout_vllm_lora_config": "rank and alpha of the merged LoRA adapters",
 }
 
-# Refused unless unused: key -> (the values that mean unused, why).
+# Refused, since honouring or dropping them would change the numbers:
+# key -> (the values that change nothing, why).
 REFUSED = {
-    "rollout_vllm_server_mode": (
-        (False, None), "the engine runs in each host's process (an"
-        " in-process vllm.LLM that takes published weights); there is no"
-        " server mode"),
-    "rollout_vllm_model_version": (
-        ("", None), "the engine builds its model from the policy's config"
-        " and takes its weights from the trainer; no model is loaded"),
-    "rollout_vllm_init_with_random_weights": (
-        (True, None), "the engine always starts from placeholder weights"
-        " and installs the policy's before the first generation"),
-    "rollout_vllm_tpu_backend_type": (
-        (None, ""), "a tpu-inference setting; on TPU use the 'vllm_tpu'"
-        " engine"),
-    "rollout_vllm_async_scheduling": (
-        (False, None), "rows are generated in one synchronous call per step"),
     "rollout_vllm_logprobs_mode": (
         ("processed_logprobs", None), "log-probs are those of the"
         " temperature-scaled distribution, as Tunix's sampler and trainer"
         " define them"),
+    # Entry by entry: refused unless each changes nothing here
+    # (_NEUTRAL_SAMPLING: no stop strings, the engine returns token ids).
+    "rollout_vllm_sampling_kwargs": (
+        (None, {}), "rows are sampled with temperature, top_p and top_k and"
+        " a per-row seed, as the native engine samples them; other sampling"
+        " settings would change the rollouts"),
+}
+_NEUTRAL_SAMPLING = {
+    "stop": (None, [], ()),
+    "detokenize": (False,),
+    "include_stop_str_in_output": (False,),
+}
+
+# Not used by this engine (settings of Tunix's own vLLM rollout, which
+# recipes such as MaxText's train_rl set whatever the engine): said in one
+# line when the engine starts, never an error. key -> (unset values, why).
+UNUSED = {
+    "rollout_vllm_server_mode": (
+        (False, None), "the engine runs in each host's process"),
+    "rollout_vllm_model_version": (
+        ("", None), "the model comes from the policy's config and the"
+        " trainer's weights"),
+    "rollout_vllm_init_with_random_weights": (
+        (True, None), "it always starts from placeholder weights"),
+    "rollout_vllm_tpu_backend_type": ((None, ""), "a tpu-inference setting"),
+    "rollout_vllm_async_scheduling": (
+        (False, None), "rows are generated in one synchronous call"),
     "rollout_vllm_hf_config_path": (
-        (None, ""), "the engine writes the Hugging Face config from the"
-        " policy's own config"),
-    "rollout_vllm_additional_config": (
-        (None, {}), "a tpu-inference setting"),
+        (None, ""), "the Hugging Face config is written from the policy's"),
+    "rollout_vllm_additional_config": ((None, {}), "a tpu-inference setting"),
     "rollout_vllm_enable_dp_attention": (
         (False, None), "a tpu-inference setting"),
     "rollout_vllm_delete_dst_buffers": (
         (True, None), "a tpu-inference weight-sync setting"),
     "rollout_vllm_reshard_chunk_size": (
-        (None,), "a tpu-inference weight-sync setting; publication is one"
-        " all-gather per step"),
-    "rollout_vllm_sampling_kwargs": (
-        (None, {}), "rows are sampled with temperature, top_p and top_k and"
-        " a per-row seed, as the native engine samples them; other sampling"
-        " settings would change the rollouts"),
+        (None,), "a tpu-inference weight-sync setting"),
+    "rollout_vllm_kwargs": (
+        (None, {}), "keyword arguments of Tunix's vLLM rollout (recipes put"
+        " model overrides for tpu-inference there); pass the engine's own"
+        " with VllmEngineOptions.engine_kwargs"),
 }
 
 
@@ -95,7 +106,8 @@ def _unused(value: Any, unused: tuple[Any, ...]) -> bool:
 
 def vllm_keys(rollout: Any, *,
               prefix: str = "rollout_config.") -> Problem | None:
-  """Every refused `rollout_vllm_*` key that is set, each with why, or None.
+  """Every refused `rollout_vllm_*` value that is set, each with why, or
+  None.
 
   Args:
     rollout: the TRAIN rollout config (a mapping or Tunix's RolloutConfig);
@@ -105,10 +117,18 @@ def vllm_keys(rollout: Any, *,
   if rollout is None:
     return None
   found = []
-  for key, (unused, why) in REFUSED.items():
+  for key, (neutral, why) in REFUSED.items():
+    if key == "rollout_vllm_sampling_kwargs":
+      continue  # Below, entry by entry.
     value = _get(rollout, key)
-    if not _unused(value, unused):
+    if not _unused(value, neutral):
       found.append(f"{prefix}{key}={value!r}: {why}")
+  sampling = _get(rollout, "rollout_vllm_sampling_kwargs") or {}
+  changing = {k: v for k, v in dict(sampling).items()
+              if not _unused(v, _NEUTRAL_SAMPLING.get(k, ()))}
+  if changing:
+    why = REFUSED["rollout_vllm_sampling_kwargs"][1]
+    found.append(f"{prefix}rollout_vllm_sampling_kwargs={changing!r}: {why}")
   hbm = _get(rollout, "rollout_vllm_hbm_utilization")
   if hbm is not None and not (isinstance(hbm, (int, float))
                               and 0.0 < hbm < 1.0):
@@ -117,15 +137,27 @@ def vllm_keys(rollout: Any, *,
   if not found:
     return None
   return Problem(
-      message="mcjax's 'vllm' engine (PyTorch vLLM) does not take: "
-      + "; ".join(found) + ". Leave these keys unset (it honours "
-      + ", ".join(sorted(HONOURED)) + ").")
+      message="mcjax's 'vllm' engine (PyTorch vLLM) cannot honour: "
+      + "; ".join(found) + ".")
+
+
+def unused_keys(rollout: Any, *, prefix: str = "RolloutConfig.") -> str | None:
+  """The one line an engine start says about set keys it does not use, or
+  None."""
+  if rollout is None:
+    return None
+  found = [f"{prefix}{key}={_get(rollout, key)!r} ({why})"
+           for key, (unset, why) in UNUSED.items()
+           if not _unused(_get(rollout, key), unset)]
+  if not found:
+    return None
+  return ("mcjax's 'vllm' engine (PyTorch vLLM) does not use: "
+          + "; ".join(found) + ".")
 
 
 def engine_settings(rollout: Any) -> dict[str, Any]:
   """The honoured keys that are set, as the engine's own settings:
-  gpu_memory_utilization, max_num_seqs, max_num_batched_tokens and
-  `engine_kwargs` (a dict)."""
+  gpu_memory_utilization, max_num_seqs, max_num_batched_tokens."""
   if rollout is None:
     return {}
   out: dict[str, Any] = {}
@@ -136,9 +168,6 @@ def engine_settings(rollout: Any) -> dict[str, Any]:
     value = _get(rollout, key)
     if value is not None:
       out[name] = value
-  kwargs = _get(rollout, "rollout_vllm_kwargs")
-  if kwargs:
-    out["engine_kwargs"] = dict(kwargs)
   return out
 
 
