@@ -42,19 +42,29 @@ from typing import Any
 
 from absl import logging
 
-from tunix_mcjax import runtime
 
 
-def initialize(config: runtime.RuntimeConfig,
+class CoordinatorAddressError(RuntimeError):
+  """This process cannot run the coordinator service at the given address
+  (`runtime.CoordinatorAddressError`)."""
+
+
+def initialize(*, initialization_timeout_s: int, cpu_collectives: str,
                optional: dict[str, Any]) -> None:
-  """`jax.distributed.initialize` for a detected cluster, bound as above."""
+  """`jax.distributed.initialize` for a detected cluster, bound as above.
+
+  Args:
+    initialization_timeout_s: `RuntimeConfig.initialization_timeout_s`.
+    cpu_collectives: `RuntimeConfig.cpu_collectives`.
+    optional: keyword arguments only some jax versions accept.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.compat import jax_runtime  # pylint: disable=g-import-not-at-top
 
   address, count, index = jax_runtime.detect_distributed_params(
       os.environ.get("JAX_COORDINATOR_ADDRESS") or None,
       _env_int("JAX_NUM_PROCESSES"), _env_int("JAX_PROCESS_ID"),
-      config.initialization_timeout_s)
+      initialization_timeout_s)
   kwargs: dict[str, Any] = {}
   if None not in (address, count, index):
     kwargs = dict(coordinator_address=address, num_processes=count,
@@ -64,9 +74,9 @@ def initialize(config: runtime.RuntimeConfig,
       if bind is not None:
         kwargs["coordinator_bind_address"] = bind
   jax.distributed.initialize(
-      initialization_timeout=config.initialization_timeout_s,
+      initialization_timeout=initialization_timeout_s,
       **kwargs, **optional)
-  if config.cpu_collectives == "gloo" and address is not None:
+  if cpu_collectives == "gloo" and address is not None:
     local = address_towards(address)
     if local is not None and jax_runtime.pin_gloo_address(local):
       logging.info("gloo (CPU collectives) binds %s", local)
@@ -95,7 +105,7 @@ def coordinator_bind_address(address: str) -> str | None:
   None to keep JAX's default (every interface), with a warning why.
 
   Raises:
-    runtime.CoordinatorAddressError: the port is in use here.
+    CoordinatorAddressError: the port is in use here.
   """
   host, port = _split(address)
   try:
@@ -126,7 +136,7 @@ def coordinator_bind_address(address: str) -> str | None:
         sock.bind((ip, port))
       except OSError as e:
         if e.errno == errno.EADDRINUSE:
-          raise runtime.CoordinatorAddressError(
+          raise CoordinatorAddressError(
               f"coordinator port {port} on {ip} is already in use (another"
               " job, or a previous run still shutting down); process 0 (this"
               " one) runs the coordinator there. Pick another port"

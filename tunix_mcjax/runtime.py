@@ -48,6 +48,8 @@ from absl import logging
 
 # The meshes live in device_meshes; callers read them here too.
 # pylint: disable=unused-import,g-importing-member
+from tunix_mcjax import cluster_addresses
+from tunix_mcjax.cluster_addresses import CoordinatorAddressError  # Re-export.
 from tunix_mcjax.device_meshes import HOST_AXIS
 from tunix_mcjax.device_meshes import global_mesh
 from tunix_mcjax.device_meshes import host_contiguous_devices
@@ -368,8 +370,9 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
     elif source == "cluster":
       # As JAX detects it, but the coordinator and gloo bind the cluster
       # address only (JAX's default: every interface).
-      from tunix_mcjax import cluster_addresses  # pylint: disable=g-import-not-at-top
-      cluster_addresses.initialize(config, optional)
+      cluster_addresses.initialize(
+          initialization_timeout_s=config.initialization_timeout_s,
+          cpu_collectives=config.cpu_collectives, optional=optional)
 
     info = RuntimeInfo(
         process_index=jax.process_index(),
@@ -398,10 +401,6 @@ def initialize(config: RuntimeConfig | None = None) -> RuntimeInfo:
     )
     _INFO, _CONFIG = info, config
     return info
-
-
-class CoordinatorAddressError(RuntimeError):
-  """This process cannot run the coordinator service at the given address."""
 
 
 def check_coordinator_port(address: str) -> None:
