@@ -28,6 +28,9 @@ from tunix_mcjax import telemetry
 from tunix_mcjax.advisor import advice as advice_lib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Prints the modules of the packages named that importing the modules named
+# loaded, and fails if there are any.
+_LIGHT_IMPORTS = REPO_ROOT / "tests" / "support" / "light_imports.py"
 
 
 def _record(step, *, generate, train, publish, hosts=2, digest=None,
@@ -197,8 +200,7 @@ def test_the_advisor_imports_without_jax():
   # without JAX (its JAX-using names load on first use).
   env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
   out = subprocess.run(
-      [sys.executable, "-c", "import sys, tunix_mcjax.advisor;"
-       " print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"],
+      [sys.executable, str(_LIGHT_IMPORTS), "jax", "tunix_mcjax.advisor"],
       capture_output=True, text=True, env=env, timeout=120, check=True)
   assert out.stdout.strip() == "[]"
 

@@ -35,18 +35,8 @@ import suite_stats
 
 # A program run twice in fresh interpreters: prints whether the cache is on,
 # the result and the persistent-cache hits JAX reported.
-_PROGRAM = """
-import sys
-from tunix_mcjax import compilation_cache
-on = compilation_cache.configure(sys.argv[1] if len(sys.argv) > 1 else None)
-import jax, jax.numpy as jnp
-from jax import monitoring
-hits = []
-monitoring.register_event_listener(
-    lambda e, **kw: hits.append(e) if e.endswith("/cache_hits") else None)
-value = jax.jit(lambda x: jnp.sin(x) * 2 + 1)(jnp.arange(4.0))
-print(on, round(float(value.sum()), 4), len(hits))
-"""
+_PROGRAM = (pathlib.Path(__file__).resolve().parent / "support" /
+            "cache_configure.py")
 
 
 def _run(*args, env_cache: str | None = None):
@@ -55,7 +45,7 @@ def _run(*args, env_cache: str | None = None):
   env["JAX_PLATFORMS"] = "cpu"
   if env_cache is not None:
     env.update(compilation_cache.environment(env_cache))
-  proc = subprocess.run([sys.executable, "-c", _PROGRAM, *map(str, args)],
+  proc = subprocess.run([sys.executable, str(_PROGRAM), *map(str, args)],
                         env=env, capture_output=True, text=True, timeout=120,
                         cwd=launch_utils.REPO_ROOT)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -23,6 +23,9 @@ import sys
 import pytest
 
 LOCK = pathlib.Path(__file__).resolve().parents[1] / "requirements" / "main.lock"
+# Imports the modules named in one fresh interpreter and prints OK.
+_IMPORTS_TOGETHER = (pathlib.Path(__file__).resolve().parent / "support" /
+                     "imports_together.py")
 
 
 def _pins() -> dict[str, str]:
@@ -44,14 +47,10 @@ def test_installed_versions_match_the_lock(name):
 @pytest.mark.slow
 def test_maxtext_and_tunix_import_together():
   # MaxText's Tunix adapter is what the MaxText trainer path builds on.
-  code = (
-      "import maxtext\n"
-      "from maxtext.integration.tunix import tunix_adapter\n"
-      "from tunix.rl.grpo import grpo_learner\n"
-      "print('OK')\n"
-  )
   proc = subprocess.run(
-      [sys.executable, "-c", code], capture_output=True, text=True,
+      [sys.executable, str(_IMPORTS_TOGETHER), "maxtext",
+       "maxtext.integration.tunix.tunix_adapter",
+       "tunix.rl.grpo.grpo_learner"], capture_output=True, text=True,
       timeout=300, env={**os.environ, "DECOUPLE_GCLOUD": "TRUE",
                         "JAX_PLATFORMS": "cpu"},
   )

@@ -272,22 +272,13 @@ def test_a_hung_in_process_reward_fails_once_naming_function_row_and_host():
 # --- The host process ends ----------------------------------------------------
 
 SUPPORT = pathlib.Path(__file__).resolve().parent / "support"
-_HOST = f"""
-import reward_fault_job
-from tunix_mcjax import rewards_pool
-pool = rewards_pool.RewardPool([reward_fault_job.hangs_on_host_1],
-                               num_workers=1, timeout_s=300)
-print(pool.pids[0], flush=True)
-pool.fns[0](["q"], ["c"])  # Hangs (host 1).
-"""
+# Prints its pool's worker pid, then hangs in a reward call (host 1).
+_HOST = SUPPORT / "reward_pool_host.py"
 
 
 def test_workers_end_when_their_host_is_sigkilled_mid_call():
-  env = launch_utils.launcher_env({
-      "PYTHONPATH": os.pathsep.join([str(SUPPORT),
-                                     str(launch_utils.REPO_ROOT)]),
-      "TUNIX_MCJAX_HOST_ID": "1"})
-  host = subprocess.Popen([sys.executable, "-c", _HOST], env=env,
+  env = launch_utils.launcher_env({"TUNIX_MCJAX_HOST_ID": "1"})
+  host = subprocess.Popen([sys.executable, str(_HOST)], env=env,
                           stdout=subprocess.PIPE, text=True)
   try:
     worker = int(host.stdout.readline())

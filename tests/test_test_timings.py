@@ -23,6 +23,10 @@ import sys
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "test_timings.py"
 SITEHOOK = REPO_ROOT / "tests" / "support" / "sitehook"
+# One tiny jitted program; fails if a module named was imported.
+JIT_ONCE = REPO_ROOT / "tests" / "support" / "jit_once.py"
+# Fails if importing the modules named imports any of the packages named.
+LIGHT_IMPORTS = REPO_ROOT / "tests" / "support" / "light_imports.py"
 
 _JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites name="pytest tests"><testsuite name="pytest" errors="0"
@@ -123,24 +127,20 @@ def test_out_replaces_only_the_marked_part(tmp_path):
   assert "stale" not in text and "`tests/test_y.py`" in text
 
 
-def _python(tmp_path, code, **env):
+def _python(tmp_path, program, **env):
   base = {k: v for k, v in os.environ.items()
           if k not in ("TUNIX_MCJAX_TEST_STATS_DIR", "TUNIX_MCJAX_TEST_ID")}
   path = os.pathsep.join(filter(None, [str(SITEHOOK),
                                        base.get("PYTHONPATH")]))
-  subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
-                 cwd=tmp_path,
+  subprocess.run([sys.executable, *map(str, program)], check=True,
+                 timeout=120, cwd=tmp_path,
                  env={**base, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu",
                       **env})
 
 
-_JIT = ("import jax, jax.numpy as jnp;"
-        " jax.jit(lambda x: x + 1)(jnp.ones(3)).block_until_ready()")
-
-
 def test_sitehook_records_a_jax_process(tmp_path):
   stats = tmp_path / "stats"
-  _python(tmp_path, _JIT, TUNIX_MCJAX_TEST_STATS_DIR=str(stats),
+  _python(tmp_path, [JIT_ONCE], TUNIX_MCJAX_TEST_STATS_DIR=str(stats),
           TUNIX_MCJAX_TEST_ID="x")
   files = list(stats.iterdir())
   assert len(files) == 1, files
@@ -152,9 +152,8 @@ def test_sitehook_records_a_jax_process(tmp_path):
 
 def test_sitehook_is_silent_without_the_variable_or_jax(tmp_path):
   stats = tmp_path / "stats"
-  _python(tmp_path, _JIT + "; import sys;"
-          " assert '_tunix_mcjax_stats_hook' not in sys.modules")
+  _python(tmp_path, [JIT_ONCE, "_tunix_mcjax_stats_hook"])
   # With the variable, a process that never imports jax writes nothing.
-  _python(tmp_path, "import sys; assert 'jax' not in sys.modules",
+  _python(tmp_path, [LIGHT_IMPORTS, "jax"],
           TUNIX_MCJAX_TEST_STATS_DIR=str(stats))
   assert not stats.exists() or not list(stats.iterdir())

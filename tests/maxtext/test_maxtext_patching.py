@@ -21,6 +21,7 @@ test runs MaxText's own RL entry point (patched) for 2 GRPO steps with a
 tiny Qwen3 on 2 local hosts x 2 CPU devices under the mcjax backend.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -40,12 +41,17 @@ def patched(tmp_path_factory) -> pathlib.Path:
   return out
 
 
-def _python(code: str,
+# The checks of the patched entry point: `maxtext_patch_checks.py CHECK ARG...`.
+_CHECKS = (pathlib.Path(__file__).resolve().parents[1] / "support" /
+           "maxtext_patch_checks.py")
+
+
+def _python(check: list[str],
             pythonpath: pathlib.Path | None) -> subprocess.CompletedProcess:
   env = launch_utils.launcher_env({"DECOUPLE_GCLOUD": "TRUE"})
   if pythonpath is not None:
     env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env['PYTHONPATH']}"
-  return subprocess.run([sys.executable, "-c", code], env=env,
+  return subprocess.run([sys.executable, str(_CHECKS), *check], env=env,
                         capture_output=True, text=True, timeout=300)
 
 
@@ -69,11 +75,8 @@ def test_a_patch_that_does_not_apply_is_an_error(tmp_path, monkeypatch):
   assert not (tmp_path / "out" / "maxtext").exists()
 
 
-IMPORT_TRAIN_RL = (
-    "import sys\n"
-    "import maxtext.trainers.post_train.rl.train_rl as t\n"
-    "print('tpu_inference' in sys.modules, t.__file__)\n"
-)
+# Imports train_rl; prints whether tpu_inference was loaded and its file.
+IMPORT_TRAIN_RL = ["import_train_rl"]
 
 
 @pytest.mark.slow
@@ -84,24 +87,6 @@ def test_0001_train_rl_imports_without_tpu_inference(patched):
   assert proc.returncode == 0, proc.stderr[-3000:]
   loaded, path = proc.stdout.split()[-2:]
   assert loaded == "False" and path.startswith(str(patched))
-
-
-CHECK = """
-import types
-import maxtext.trainers.post_train.rl.train_rl as t
-def cfg(**kw):
-  base = dict(rl_cluster_backend="tunix", use_pathways=True,
-              rl_rollout_engine="vllm")
-  base.update(kw)
-  return types.SimpleNamespace(**base)
-for kw in {cases}:
-  try:
-    t.validate_rl_cluster_config(cfg(**kw))
-    print("OK")
-  except ValueError as e:
-    print("ERR", str(e).replace("\\n", " "))
-print("FACTORY", t.get_rl_cluster_factory("mcjax").__module__)
-"""
 
 
 @pytest.mark.slow
@@ -119,7 +104,7 @@ def test_0002_backend_key_and_clear_errors(patched):
            rl_rollout_engine="mcjax:vllm"),
       dict(rl_rollout_engine="mcjax:vllm"),
   ]
-  proc = _python(CHECK.format(cases=repr(cases)), patched)
+  proc = _python(["validate", json.dumps(cases)], patched)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = [l for l in proc.stdout.splitlines()
            if l.startswith(("OK", "ERR", "FACTORY"))]
@@ -143,19 +128,8 @@ def test_0002_backend_key_and_clear_errors(patched):
 def test_0003_backend_is_read_before_jax_starts(patched, tmp_path):
   yml = tmp_path / "rl.yml"
   yml.write_text("rl_cluster_backend: 'mcjax'\n")
-  code = (
-      "import maxtext.trainers.post_train.rl.train_rl as t, jax\n"
-      f"print(t.rl_cluster_backend_from_args(['', {str(yml)!r}]))\n"
-      f"print(t.rl_cluster_backend_from_args(['', {str(yml)!r},"
-      " 'rl_cluster_backend=tunix']))\n"
-      "print(t.rl_cluster_backend_from_args(['', 'missing.yml'], {}))\n"
-      "print(t.rl_cluster_backend_from_args([''],"
-      " {'rl_cluster_backend': 'x'}))\n"
-      # Reading the name must not start a JAX backend.
-      "from jax._src import xla_bridge\n"
-      "print(xla_bridge.backends_are_initialized())\n"
-  )
-  proc = _python(code, patched)
+  # Reading the name must not start a JAX backend.
+  proc = _python(["backend_before_jax", str(yml)], patched)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.split()[-5:] == ["mcjax", "tunix", "tunix", "x", "False"]
 

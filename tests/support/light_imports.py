@@ -13,13 +13,17 @@
 # limitations under the License.
 
 """Imports modules and fails if that imported any of the named packages
-(tests/test_compat.py, tests/test_launch.py; run by path):
+(tests/test_compat.py, tests/test_launch.py, tests/test_rules.py,
+tests/test_platforms.py, tests/test_advisor.py, tests/test_test_timings.py;
+run by path):
 
-  light_imports.py HEAVY MODULE...
+  light_imports.py HEAVY [MODULE...]
 
 HEAVY is a comma-separated list of top-level packages (jax,tunix,...) that
 importing every MODULE must leave unimported; a fresh interpreter, so that
-nothing the test process imported counts.
+nothing the test process imported counts. Prints the sorted list of the
+HEAVY packages' modules that are loaded (`[]` when none), then exits with a
+message naming the packages if there are any.
 """
 
 import importlib
@@ -30,7 +34,9 @@ def main(argv: list[str]) -> None:
   heavy = set(argv[1].split(","))
   for name in argv[2:]:
     importlib.import_module(name)
-  loaded = sorted({m.split(".")[0] for m in sys.modules} & heavy)
+  modules = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+  print(modules, flush=True)
+  loaded = sorted({m.split(".")[0] for m in modules})
   if loaded:
     sys.exit(f"importing {argv[2:]} imported {loaded}")
 
