@@ -206,6 +206,12 @@ class Cluster:
     self._procs.append(proc)
     return proc
 
+  def set_link(self, host: Host, *, up: bool) -> None:
+    """Sets `host`'s link (eth0, inside its namespace) up or down: down
+    cuts it off from every other host, as a pulled cable."""
+    _run("ip", "-n", host.netns, "link", "set", "eth0",
+         "up" if up else "down")
+
   def listeners(self) -> list[Listener]:
     """Every listening TCP and bound UDP socket in every host's namespace.
 

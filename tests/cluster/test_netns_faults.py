@@ -1,0 +1,232 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Faults on 2 namespaced hosts, with no launcher to end the job.
+
+Each host is a network namespace with its own address (10.213.X.0/24),
+hostname and no route out (tests/support/netns_cluster.py); each runs
+examples/grpo_qwen3.py as a GKE or TPU-pod launcher starts it (explicit
+coordinator variables, host 0 the coordinator). Once the first step's
+metrics record is written (500 steps are asked for, so the job is still
+training), host 1 suffers a fault, and host 0, the survivor, must end by
+itself:
+  * host 1 SIGKILLed: its sockets close, host 0's next collective fails and
+    host 0 exits 1 within 60 s with host_failure's one line naming the
+    lost peer's 10.213.* address;
+  * host 1 stopped (SIGSTOP, a frozen machine): host 0 waits in a
+    collective; its step watchdog ends it with status 3 and one line within
+    --step_timeout_s (plus the poll slack);
+  * host 1's link cut (its eth0 set down inside its namespace): seen here
+    (2026-12-05), no collective errors: gloo's connection neither resets
+    nor closes over a link that is down, both hosts' collectives hang, and
+    each host's step watchdog ends it (status 3, one line each) within
+    --step_timeout_s; host_failure's line is not printed.
+After each: no process of the job is left (every pid seen while it ran),
+and the fixture's teardown leaves no namespace, file or process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import example_runs
+import launch_utils
+import netns_cluster
+from tunix_mcjax import step_watchdog
+
+pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
+
+HOSTS = 2
+# The smallest job: 1 CPU device per host, 2 rows of 2 completions a step;
+# far more steps than the test waits for.
+JOB_FLAGS = ("--backend=mcjax", "--batch_size=2", "--num_generations=2",
+             "--steps=500")
+# Far above a step of this job (well under a second after the first), far
+# below JAX's heartbeat timeout (100 s), which would otherwise end host 0.
+STEP_TIMEOUT_S = 20
+# The watchdog polls; what it may add to its limit, and the test's polling.
+SLACK_S = 15
+FIRST_STEP_S = 400
+
+
+def _env(cluster: netns_cluster.Cluster, host: netns_cluster.Host,
+         port: int) -> dict[str, str]:
+  """The test's environment less any other job's or proxy's variables,
+  plus the explicit coordinator variables for `host`."""
+  env = launch_utils.launcher_env()
+  for name in list(env):
+    if (name.startswith(("TUNIX_MCJAX_", "SLURM", "JAX_COORDINATOR",
+                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "OMPI_",
+                         "PMIX_", "KUBERNETES_", "TPU_", "CLOUD_TPU_"))
+        or "_proxy" in name.lower()):
+      del env[name]
+  env.update({
+      "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
+      "TUNIX_MCJAX_DEVICES_PER_HOST": "1",
+      "JAX_COORDINATOR_ADDRESS": f"{cluster.hosts[0].address}:{port}",
+      "JAX_NUM_PROCESSES": str(len(cluster.hosts)),
+      "JAX_PROCESS_ID": str(host.index),
+  })
+  return env
+
+
+@dataclasses.dataclass
+class _Job:
+  """The 2-host job on `cluster`, started; `pids`: every process seen."""
+
+  cluster: netns_cluster.Cluster
+  out: pathlib.Path
+  procs: list[subprocess.Popen]
+  pids: set[int] = dataclasses.field(default_factory=set)
+  # Host 1's (status, seconds) once host 0 ended.
+  host1: tuple[int | None, float] | None = None
+
+  def console(self, index: int) -> str:
+    return (self.out / f"console_node{index}.txt").read_text()
+
+  def consoles(self) -> str:
+    return "\n".join(f"--- node{i}\n{self.console(i)[-3000:]}"
+                     for i in range(HOSTS))
+
+  def note_pids(self) -> None:
+    for proc in self.procs:
+      if proc.poll() is None:
+        self.pids.update([proc.pid, *launch_utils.descendants(proc.pid)])
+
+  def wait_for_the_first_step(self) -> None:
+    """Until process 0 wrote the first step's metrics record."""
+    metrics = self.out / "metrics.jsonl"
+    deadline = time.monotonic() + FIRST_STEP_S
+    while not (metrics.exists() and metrics.read_text().strip()):
+      assert all(p.poll() is None for p in self.procs), self.consoles()
+      assert time.monotonic() < deadline, (
+          f"no step ended in {FIRST_STEP_S} s\n{self.consoles()}")
+      self.note_pids()
+      time.sleep(0.2)
+    self.note_pids()
+
+  def wait(self, index: int, timeout: float) -> tuple[int | None, float]:
+    """Host `index`'s exit status (None: still running) and when, in
+    seconds from now."""
+    start = time.monotonic()
+    try:
+      code = self.procs[index].wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      code = None
+    return code, time.monotonic() - start
+
+
+def _start(cluster: netns_cluster.Cluster, out: pathlib.Path,
+           *flags: str) -> _Job:
+  out.mkdir(parents=True)
+  port = 20000 + secrets.randbelow(20000)
+  procs = []
+  for host in cluster.hosts:
+    with open(out / f"console_{host.hostname}.txt", "w") as log:
+      procs.append(cluster.start(
+          host,
+          [sys.executable, str(example_runs.EXAMPLE), *JOB_FLAGS,
+           f"--metrics_out={out}/metrics.jsonl", *flags],
+          env=_env(cluster, host, port), stdout=log,
+          cwd=launch_utils.REPO_ROOT))
+  return _Job(cluster, out, procs)
+
+
+def _run_fault(out: pathlib.Path, fault, timeout: float, *flags: str):
+  """Starts the job, applies `fault(job)` after its first step, waits up
+  to `timeout` s for host 0; returns (job, host 0's status, seconds)."""
+  launch_utils.require_markers("multihost", "e2e")
+  try:
+    cluster = netns_cluster.Cluster.create(HOSTS, hosts_file="loopback_self")
+  except netns_cluster.Unavailable as e:
+    pytest.skip(str(e))
+  with cluster:
+    job = _start(cluster, out, *flags)
+    job.wait_for_the_first_step()
+    fault(job)
+    code, elapsed = job.wait(0, timeout)
+    # Host 1's own end, if it has one (reported, not required: a stopped
+    # host never ends by itself).
+    job.host1 = job.wait(1, 10)
+    print(f"\n[netns fault] {out.name}: host 0 exit {code} after"
+          f" {elapsed:.1f} s; host 1: {job.host1}")
+    for proc in job.procs:  # What a scheduler would do to a stopped host.
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+    launch_utils.assert_no_survivors(sorted(job.pids), wait_s=10)
+  assert cluster.leftovers() == []
+  assert not list(netns_cluster.NETNS_ETC.glob(f"{cluster.tag}*"))
+  return job, code, elapsed
+
+
+def _watchdog_lines(console: str) -> list[str]:
+  return [l for l in console.splitlines()
+          if l.startswith("[mcjax] error: host 0 (node0): step ")
+          and "has not ended" in l]
+
+
+def test_a_killed_host_ends_the_other_naming_its_address(tmp_path):
+  def kill(job: _Job) -> None:
+    job.procs[1].send_signal(signal.SIGKILL)
+
+  job, code, elapsed = _run_fault(tmp_path / "killed", kill, 60)
+  assert code == 1, job.consoles()
+  lines = [l for l in job.console(0).splitlines()
+           if l.startswith("grpo_qwen3.py: error: host 0 (node0): ")]
+  assert len(lines) == 1, job.consoles()
+  peer = job.cluster.hosts[1].address
+  assert f"a collective lost the host at {peer}:" in lines[0], lines[0]
+  assert "it died or was cut off from this host" in lines[0]
+  assert elapsed < 60, f"host 0 took {elapsed:.1f} s to stop"
+
+
+def test_a_stopped_host_is_caught_by_the_others_step_watchdog(tmp_path):
+  def stop(job: _Job) -> None:
+    job.procs[1].send_signal(signal.SIGSTOP)
+
+  job, code, elapsed = _run_fault(
+      tmp_path / "stopped", stop, STEP_TIMEOUT_S + SLACK_S + 30,
+      f"--step_timeout_s={STEP_TIMEOUT_S}")
+  assert code == step_watchdog.EXIT_STATUS, job.consoles()
+  lines = _watchdog_lines(job.console(0))
+  assert len(lines) == 1, job.consoles()
+  assert f"(--step_timeout_s {STEP_TIMEOUT_S})" in lines[0], lines[0]
+  assert elapsed < STEP_TIMEOUT_S + SLACK_S, (
+      f"host 0 took {elapsed:.1f} s to stop")
+
+
+def test_a_host_cut_off_is_caught_by_the_others_step_watchdog(tmp_path):
+  def cut(job: _Job) -> None:
+    job.cluster.set_link(job.cluster.hosts[1], up=False)
+
+  job, code, elapsed = _run_fault(
+      tmp_path / "cut", cut, STEP_TIMEOUT_S + SLACK_S + 30,
+      f"--step_timeout_s={STEP_TIMEOUT_S}")
+  assert code == step_watchdog.EXIT_STATUS, job.consoles()
+  lines = _watchdog_lines(job.console(0))
+  assert len(lines) == 1, job.consoles()
+  assert f"(--step_timeout_s {STEP_TIMEOUT_S})" in lines[0], lines[0]
+  assert elapsed < STEP_TIMEOUT_S + SLACK_S, (
+      f"host 0 took {elapsed:.1f} s to stop")
+  # Host 1 is cut off, not stopped: its own watchdog ends it too.
+  assert job.host1[0] == step_watchdog.EXIT_STATUS, job.consoles()
