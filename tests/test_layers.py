@@ -85,3 +85,16 @@ def test_a_clean_tree_has_nothing_to_report(tmp_path):
       "entry/__init__.py": "from pkg import mode, core\n",
   })
   assert layers.check(root, _TIERS) == []
+
+
+# A module that outgrows this does more than one job: split it.
+_MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines():
+  root = pathlib.Path(tunix_mcjax.__file__).parent
+  sizes = {str(p.relative_to(root)): len(p.read_text().splitlines())
+           for p in root.rglob("*.py")}
+  assert sizes  # The walk found the package.
+  long = {name: n for name, n in sizes.items() if n > _MAX_MODULE_LINES}
+  assert not long, f"split these modules, one job each: {long}"
