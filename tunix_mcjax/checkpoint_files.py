@@ -21,6 +21,12 @@ without reading arrays (`verify`: metadata, OCDBT manifests and B-tree nodes,
 data file sizes), the advice when it is not, and `--resume_step`'s setting
 aside of later steps. `checkpointing` builds the resume on these and
 re-exports them.
+
+Roots are local paths or URIs (`gs://bucket/run`): a URI is an
+`etils.epath.Path`, as Orbax's own, so a remote root is listed, read,
+checked and set aside through the same store Orbax writes it with (gcsfs,
+through fsspec, for gs:// where TensorFlow is absent; docs/checkpointing.md).
+A local path stays a `pathlib.Path`.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ import json
 import os
 import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunix_mcjax import ocdbt_index
+
+if TYPE_CHECKING:
+  from etils import epath
 
 # Tunix's RLCluster saves the actor trainer under <root>/actor.
 ACTOR_SUBDIR = "actor"
@@ -88,13 +97,33 @@ class SavedCheckpoint:
     )
 
 
-def actor_directory(root: str) -> pathlib.Path:
-  return pathlib.Path(root) / ACTOR_SUBDIR
+def as_path(location: str | os.PathLike[str]) -> pathlib.Path | epath.Path:
+  """`location` as a path: a URI such as `gs://bucket/run` as the
+  `etils.epath.Path` Orbax reads it with (pathlib would fold its `//` into
+  `gs:/bucket/run`); a local path as a `pathlib.Path`, as always (the same
+  methods: `/`, exists, iterdir, glob, read_bytes, rename, ...)."""
+  if not is_remote(location):
+    return pathlib.Path(location)
+  # Imported here: only a remote root needs it (0.2 s).
+  from etils import epath  # pylint: disable=g-import-not-at-top,redefined-outer-name
+
+  return epath.Path(location)
+
+
+def is_remote(location: str | os.PathLike[str]) -> bool:
+  """Whether `location` is a URI (`gs://...`), not a local path."""
+  return "://" in os.fspath(location)
+
+
+def actor_directory(root: str) -> pathlib.Path | epath.Path:
+  return as_path(root) / ACTOR_SUBDIR
 
 
 def orbax_steps(root: str) -> list[int]:
   """Every step Orbax sees under `root`, ascending: each numbered directory
-  of `<root>/actor`, a checkpoint or not (a save in flight excluded)."""
+  of `<root>/actor`, a checkpoint or not (a save in flight excluded: on
+  gs://, where Orbax writes in place, a step without its
+  `commit_success.txt`)."""
   from orbax.checkpoint import path as ocp_path  # pylint: disable=g-import-not-at-top
 
   actor = actor_directory(root)
@@ -117,14 +146,21 @@ def complete_steps(root: str) -> list[int]:
           if (actor / str(s) / STEP_METADATA_FILE).exists()]
 
 
-def read_json(path: pathlib.Path) -> tuple[Any, str | None]:
+def read_json(path: pathlib.Path | epath.Path) -> tuple[Any, str | None]:
   """(`path`'s JSON, None), or (None, what is wrong with it, naming it)."""
   try:
-    text = path.read_bytes().decode("utf-8")
+    data = path.read_bytes()
   except FileNotFoundError:
     return None, f"{path} is missing"
   except OSError as e:
     return None, f"{path} cannot be read ({e.strerror or e})"
+  except Exception as e:  # pylint: disable=broad-except
+    # A remote store's own errors (gcsfs's HttpError is no OSError).
+    if not is_remote(path):
+      raise
+    return None, f"{path} cannot be read ({_error_words(e, remote=True)})"
+  try:
+    text = data.decode("utf-8")
   except UnicodeDecodeError:
     return None, f"{path} is not UTF-8 text"
   try:
@@ -173,7 +209,15 @@ def _short_error(error: BaseException, limit: int = 300) -> str:
   return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _pytree_problem(item_dir: pathlib.Path,
+def _error_words(error: BaseException, *, remote: bool) -> str:
+  """An OSError's own words (as always for local paths); a remote store's
+  error, whose text may be no more than the request's URL, with its type."""
+  if isinstance(error, OSError) and (error.strerror or not remote):
+    return str(error.strerror or error)
+  return f"{type(error).__name__}: {_short_error(error)}"
+
+
+def _pytree_problem(item_dir: pathlib.Path | epath.Path,
                     stores: list[ocdbt_index.Store]) -> str | None:
   """An Orbax PyTree item's JSON files; its OCDBT store joins `stores`
   (checked after every item's JSON, `ocdbt_index`)."""
@@ -218,9 +262,10 @@ def verify(step_dir: str | os.PathLike[str]) -> str | None:
   lists must be in the store, and every value the store indexes must lie
   within its data file (found: a truncated or missing array file). The
   array bytes themselves are not read: damage inside a file of the right
-  size surfaces at restore (`ClusterCheckpoints.restoring`).
+  size surfaces at restore (`ClusterCheckpoints.restoring`). A remote
+  checkpoint (gs://) is checked the same way, through its store.
   """
-  step_dir = pathlib.Path(step_dir)
+  step_dir = as_path(step_dir)
   meta_file = step_dir / STEP_METADATA_FILE
   meta, problem = read_json(meta_file)
   if problem is not None:
@@ -269,7 +314,7 @@ def fallback_advice(root: str, step: int, *, explicit: bool) -> str:
 def restore_error(path: str, error: BaseException) -> CheckpointError:
   """A failed restore of the checkpoint in `path`, as one line naming the
   file (`verify`'s finding, else the innermost error's own words)."""
-  step_dir = pathlib.Path(path)
+  step_dir = as_path(path)
   problem = verify(step_dir)
   if problem is None:
     cause = error
@@ -282,20 +327,23 @@ def restore_error(path: str, error: BaseException) -> CheckpointError:
       + fallback_advice(root, int(step_dir.name), explicit=False) + ".")
 
 
-def set_aside_later(root: str, step: int) -> list[pathlib.Path]:
+def set_aside_later(root: str, step: int
+                    ) -> list[pathlib.Path | epath.Path]:
   """Moves every step after `step` (checkpoint or not) out of Orbax's sight,
   into `<root>/actor.set_aside/`; returns where each went.
 
   For --resume_step: Tunix restores the latest step, and the resumed run
   writes its own later checkpoints. The launching process calls this once
   every check has passed and the directory is locked; nothing is deleted.
+  On an object store (gs://) a move copies every object, then deletes the
+  originals.
 
   Raises:
     CheckpointError: a step could not be moved (the message names it).
   """
   actor = actor_directory(root)
   later = [s for s in orbax_steps(root) if s > step]
-  aside = pathlib.Path(root) / SET_ASIDE_SUBDIR
+  aside = as_path(root) / SET_ASIDE_SUBDIR
   moved = []
   for s in later:
     target, n = aside / str(s), 0
@@ -303,18 +351,49 @@ def set_aside_later(root: str, step: int) -> list[pathlib.Path]:
       n += 1
       target = aside / f"{s}.{n}"
     try:
-      aside.mkdir(exist_ok=True)
-      os.rename(actor / str(s), target)
-    except OSError as e:
+      if is_remote(root):
+        _move_objects(actor / str(s), target)
+      else:
+        aside.mkdir(exist_ok=True)
+        os.rename(actor / str(s), target)
+    except Exception as e:  # pylint: disable=broad-except
+      # OSError locally; a remote store raises its own errors too.
+      if not isinstance(e, OSError) and not is_remote(root):
+        raise
       raise CheckpointError(
           f"--resume_step {step}: cannot move {actor / str(s)} aside to"
-          f" {target} ({e.strerror or e}); move it out of {actor} yourself"
-          " and rerun.") from e
+          f" {target} ({_error_words(e, remote=is_remote(root))}); move it"
+          f" out of {actor} yourself and rerun.") from e
     moved.append(target)
   return moved
 
 
-def describe_set_aside(step: int, moved: list[pathlib.Path]) -> str:
+def _objects(prefix: epath.Path) -> list[epath.Path]:
+  """Every object under `prefix` (an object store's "directory")."""
+  out = []
+  for child in prefix.iterdir():
+    out.extend(_objects(child) if child.is_dir() else [child])
+  return out
+
+
+def _move_objects(source: epath.Path, target: epath.Path) -> None:
+  """Moves every object under the prefix `source` to `target`: an object
+  store has no directory to rename. Each is copied (streamed through this
+  process) and its size checked before any original is deleted, so a
+  failure leaves every original in place. All through epath, the store
+  instance Orbax lists with (another would keep stale listings)."""
+  objects = _objects(source)
+  for path in objects:
+    copy = target / path.relative_to(source)
+    path.copy(copy)
+    if copy.stat().length != path.stat().length:
+      raise OSError(f"{copy} is not a whole copy of {path}")
+  for path in objects:
+    path.unlink()
+
+
+def describe_set_aside(step: int,
+                       moved: list[pathlib.Path | epath.Path]) -> str:
   """The line the launching process prints after `set_aside_later`."""
   names = ", ".join(p.name for p in moved)
   return (f"[mcjax] --resume_step {step}: set aside the later step(s) {names}"
@@ -326,18 +405,25 @@ def check_writable(root: str, *, probe_name: str | None = None) -> None:
   """Raises CheckpointError unless `root` can be created and written.
 
   Checked before training starts, so an unwritable directory is reported
-  before hours of training rather than at the first save.
+  before hours of training rather than at the first save. On an object
+  store (gs://) nothing is created but the probe object: directories are
+  key prefixes there, and the bucket must exist.
   """
   try:
     actor = actor_directory(root)
-    actor.mkdir(parents=True, exist_ok=True)
+    if not is_remote(root):
+      actor.mkdir(parents=True, exist_ok=True)
     # Per process: hosts sharing the directory probe at the same time.
     probe = actor / (probe_name or f".mcjax_write_probe_{os.getpid()}")
     probe.write_bytes(b"ok")
     probe.unlink()
-  except OSError as e:
+  except Exception as e:  # pylint: disable=broad-except
+    # OSError locally; a remote store raises its own errors too.
+    if not isinstance(e, OSError) and not is_remote(root):
+      raise
     raise CheckpointError(
-        f"Checkpoint directory {root!r} is not writable ({e.strerror or e});"
-        " pass a --checkpoint_dir (checkpoint_root_directory) that this job"
-        " can create and write on every host."
+        f"Checkpoint directory {root!r} is not writable"
+        f" ({_error_words(e, remote=is_remote(root))}); pass a"
+        " --checkpoint_dir (checkpoint_root_directory) that this job can"
+        " create and write on every host."
     ) from e

@@ -41,6 +41,9 @@ restore that fails anyway names the checkpoint and the file
 complete checkpoint: the launching process sets the later steps aside
 (`set_aside_later`) once every check has passed.
 
+A root may be a URI (`gs://bucket/run`): it is read as Orbax reads it,
+through `etils.epath` (`checkpoint_files`, docs/checkpointing.md).
+
 No JAX at import (JAX, Flax and Tunix are imported where a cluster uses
 them, in `ClusterCheckpoints`): the example checks a directory before any
 host starts.
@@ -59,9 +62,9 @@ from tunix_mcjax import checkpoint_files
 # Re-exported: callers and tests know these as checkpointing's names.
 from tunix_mcjax.checkpoint_files import (  # pylint: disable=unused-import
     ACTOR_SUBDIR, GLOBAL_STEP_KEY, MCJAX_KEY, SET_ASIDE_SUBDIR,
-    CheckpointError, SavedCheckpoint, actor_directory, check_writable,
-    complete_steps, describe_set_aside, latest, orbax_steps, restore_error,
-    saved_checkpoint, set_aside_later, verify)
+    CheckpointError, SavedCheckpoint, actor_directory, as_path,
+    check_writable, complete_steps, describe_set_aside, is_remote, latest,
+    orbax_steps, restore_error, saved_checkpoint, set_aside_later, verify)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -24,8 +24,9 @@ metrics file afresh only once the file is this job's.
 The process that starts the job claims (the example's or the CLI's local
 launcher, or the disaggregated driver) and holds the claim until it exits
 (hosts it forks close their copies). Not locked: remote paths (`gs://...`; object
-stores have no such lock) and jobs on a detected cluster, whose hosts
-start without a launcher.
+stores have no such lock: two jobs given one gs:// directory are not
+refused, docs/checkpointing.md#checkpoints-on-gs) and jobs on a detected
+cluster, whose hosts start without a launcher.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ os.register_at_fork(after_in_child=_drop_in_child)
 
 
 def is_remote(path: str) -> bool:
+  """A URI (`gs://...`), which `claim` does not lock."""
   return "://" in path
 
 

@@ -22,6 +22,10 @@ pools do not survive fork(), and the launching process forks its hosts
 after checking (`host_fork`), so `check_stores` runs the check in a fresh
 interpreter (this file run as a script: stdlib and tensorstore only, no
 package import).
+
+A store under a URI (`gs://bucket/...`) is checked the same way: tensorstore
+opens it with its own driver for that scheme (the one Orbax wrote it with),
+and data file sizes come from the object store through `etils.epath`.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def _short_error(error: BaseException, limit: int = 300) -> str:
   return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _tensorstore_problem(error: BaseException, fallback: pathlib.Path) -> str:
+def _tensorstore_problem(error: BaseException, fallback: Any) -> str:
   """What a tensorstore error says, naming the local file it names."""
   files = re.findall(r'local file "([^"]+)"', str(error))
   name = files[-1] if files else str(fallback)
@@ -80,8 +84,7 @@ def _references(node: Any) -> Iterator[str]:
       yield from _references(value)
 
 
-def _reference_range(store: pathlib.Path, ref: str
-                     ) -> tuple[pathlib.Path, int] | None:
+def _reference_range(store: Any, ref: str) -> tuple[Any, int] | None:
   """(file, end of the referenced bytes) of an OCDBT reference
   `KIND:BASE:PATH:OFFSET:LENGTH`; None if it reads otherwise."""
   parts = ref.split(":")
@@ -95,14 +98,35 @@ def _reference_range(store: pathlib.Path, ref: str
   return store / urllib.parse.unquote(base + relative), end
 
 
+def _is_remote(path: str) -> bool:
+  return "://" in path
+
+
+def _size(path: Any) -> int | None:
+  """`path`'s size in bytes; None: there is no such file."""
+  try:
+    if isinstance(path, pathlib.Path):
+      return path.stat().st_size
+    return path.stat().length  # An etils.epath path (a remote object).
+  except FileNotFoundError:
+    return None
+
+
 def store_problem(store: Store) -> str | None:
   """What a restore would fail on in `store`'s index, naming the file;
   None: every node and value lies within its file and every array is a
   key. Uses tensorstore in this process (see `check_stores`)."""
   import tensorstore as ts  # pylint: disable=g-import-not-at-top
 
-  item = pathlib.Path(store.path)
-  base = {"driver": "file", "path": str(item) + "/"}
+  if _is_remote(store.path):
+    from etils import epath  # pylint: disable=g-import-not-at-top
+
+    item = epath.Path(store.path)
+    # Tensorstore's URL form (gs://bucket/path/: its gcs driver).
+    base = ts.KvStore.Spec(str(item) + "/").to_json()
+  else:
+    item = pathlib.Path(store.path)
+    base = {"driver": "file", "path": str(item) + "/"}
   manifest = item / "manifest.ocdbt"
   try:
     files = ts.KvStore.open(base).result()
@@ -110,7 +134,7 @@ def store_problem(store: Store) -> str | None:
   except Exception as e:  # pylint: disable=broad-except
     return _tensorstore_problem(e, manifest)
   seen: set[str] = set()
-  sizes: dict[pathlib.Path, int | None] = {}
+  sizes: dict[Any, int | None] = {}
   while pending:
     for ref in _references(pending.pop()):
       if ref in seen:
@@ -120,10 +144,7 @@ def store_problem(store: Store) -> str | None:
       if where is not None:
         path, end = where
         if path not in sizes:
-          try:
-            sizes[path] = path.stat().st_size
-          except FileNotFoundError:
-            sizes[path] = None
+          sizes[path] = _size(path)
         what = "array data" if ref.startswith("value:") else "its index"
         if sizes[path] is None:
           return f"{path} is missing (the store {manifest} keeps {what} there)"
