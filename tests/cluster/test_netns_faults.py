@@ -38,12 +38,15 @@ and the fixture's teardown leaves no namespace, file or process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -230,3 +233,119 @@ def test_a_host_cut_off_is_caught_by_the_others_step_watchdog(tmp_path):
       f"host 0 took {elapsed:.1f} s to stop")
   # Host 1 is cut off, not stopped: its own watchdog ends it too.
   assert job.host1[0] == step_watchdog.EXIT_STATUS, job.consoles()
+
+
+# The disaggregated route on a Ray cluster spanning the 2 namespaced hosts.
+DA_FLAGS = (*example_runs.EQUIVALENCE_FLAGS, "--backend=mcjax_da",
+            "--trainer_hosts=1", "--rollout_hosts=1", "--devices_per_host=1",
+            "--max_staleness=0")
+RAY_PORT = 6379
+RAY_START_S = 180
+
+
+def _ray_env(token: str) -> dict[str, str]:
+  env = launch_utils.launcher_env()
+  for name in list(env):
+    if name.startswith(("RAY_", "TUNIX_MCJAX_")) or "_proxy" in name.lower():
+      del env[name]
+  env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+              "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"})
+  return env
+
+
+def _ray_cluster(cluster: netns_cluster.Cluster, out: pathlib.Path,
+                 env: dict[str, str], temp_dir: str) -> list[subprocess.Popen]:
+  """`ray start --head` on host 0's address, a worker from host 1; returns
+  their processes once `ray status` on host 0 shows both nodes."""
+  ray = str(pathlib.Path(sys.executable).parent / "ray")
+  head, worker = cluster.hosts
+  common = ("--block", "--num-cpus=2", "--disable-usage-stats")
+  procs = []
+  with open(out / "ray_head.txt", "w") as log:
+    procs.append(cluster.start(
+        head, [ray, "start", "--head", *common,
+               f"--node-ip-address={head.address}", f"--port={RAY_PORT}",
+               "--include-dashboard=false", f"--temp-dir={temp_dir}/h0"],
+        env=env, stdout=log))
+  time.sleep(5)
+  with open(out / "ray_worker.txt", "w") as log:
+    procs.append(cluster.start(
+        worker, [ray, "start", *common, f"--address={head.address}:{RAY_PORT}",
+                 f"--node-ip-address={worker.address}",
+                 f"--temp-dir={temp_dir}/h1"], env=env, stdout=log))
+  deadline = time.monotonic() + RAY_START_S
+  while True:
+    assert all(p.poll() is None for p in procs), (
+        (out / "ray_head.txt").read_text()[-3000:]
+        + (out / "ray_worker.txt").read_text()[-3000:])
+    status = subprocess.run(
+        ["ip", "netns", "exec", head.netns, ray, "status",
+         f"--address={head.address}:{RAY_PORT}"], env=env,
+        capture_output=True, text=True, timeout=120, check=False)
+    if status.stdout.count(" 1 node_") == 2:
+      return procs
+    assert time.monotonic() < deadline, (
+        f"the Ray cluster did not form in {RAY_START_S} s:\n"
+        f"{status.stdout[-2000:]}{status.stderr[-2000:]}")
+    time.sleep(3)
+
+
+def _note_actors(cluster: netns_cluster.Cluster,
+                 seen: dict[str, set[str]]) -> None:
+  """Adds the DA actor classes (TrainerHost, RolloutHost) whose processes
+  run in each host's namespace now to `seen[hostname]`."""
+  for host in cluster.hosts:
+    for pid in netns_cluster._netns_pids(host.netns):  # pylint: disable=protected-access
+      try:
+        title = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+      except OSError:
+        continue
+      title = title.replace(b"\0", b" ").decode(errors="replace")
+      for actor in ("TrainerHost", "RolloutHost"):
+        if f"ray::{actor}" in title:
+          seen.setdefault(host.hostname, set()).add(actor)
+
+
+def test_da_job_across_namespaced_ray_nodes_equals_the_local_run(
+    tmp_path, shared_runs):
+  """A Ray head (`ray start --head`, token auth) on host 0's address, a
+  worker node joining from host 1, the DA job submitted from host 0 with
+  `--ray_address` and STRICT_SPREAD: its trainer and rollout host run on
+  different namespaced hosts, and it equals the local DA run (own head)."""
+  launch_utils.require_markers("multihost", "e2e")
+  try:
+    cluster = netns_cluster.Cluster.create(HOSTS)
+  except netns_cluster.Unavailable as e:
+    pytest.skip(str(e))
+  out = tmp_path / "da"
+  out.mkdir()
+  env = _ray_env(secrets.token_hex(32))
+  placed: dict[str, set[str]] = {}
+  # Short: Ray's AF_UNIX socket paths under it must stay within 107 bytes.
+  temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
+  with cluster, contextlib.ExitStack() as stack:
+    stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
+    _ray_cluster(cluster, out, env, temp_dir)
+    metrics = out / "metrics.jsonl"
+    with open(out / "console.txt", "w") as log:
+      job = cluster.start(
+          cluster.hosts[0],
+          [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
+           f"--ray_address={cluster.hosts[0].address}:{RAY_PORT}",
+           "--ray_placement_strategy=STRICT_SPREAD", f"--dump_dir={out}",
+           f"--metrics_out={metrics}", "--timeout=500"],
+          env=env, stdout=log, cwd=launch_utils.REPO_ROOT)
+    deadline = time.monotonic() + 600
+    while job.poll() is None and time.monotonic() < deadline:
+      _note_actors(cluster, placed)
+      time.sleep(0.5)
+    code = job.poll()
+  assert cluster.leftovers() == []
+  console = (out / "console.txt").read_text()
+  assert code == 0, console[-5000:]
+  print(f"\n[netns DA] actors by host: {placed}")
+  assert sorted(map(sorted, placed.values())) == [["RolloutHost"],
+                                                  ["TrainerHost"]], placed
+  local = shared_runs.example(*DA_FLAGS)
+  example_runs.assert_same_rollouts_and_rewards(local, out)
+  example_runs.assert_same_losses_and_parameters(local, out)
