@@ -221,6 +221,7 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
   """--backend=mcjax_da: trainer and rollout hosts as Ray actors (local)."""
   from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.da import launcher  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.da import ray_waits  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.recipes import da_job  # pylint: disable=g-import-not-at-top
 
   try:
@@ -250,6 +251,8 @@ def _run_disaggregated(cfg: grpo_job.GrpoJobConfig) -> None:
         placement=devices.placement)
   except RuntimeError as e:
     print(f"grpo_qwen3.py: error: {e}", file=sys.stderr, flush=True)
+    if isinstance(e, ray_waits.RayHeadLost):
+      ray_waits.leave_without_ray(1)  # Ray's exit hook would wait for it.
     sys.exit(1)
   _print_summary(cfg, summary)
 

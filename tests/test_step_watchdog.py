@@ -128,3 +128,30 @@ def test_the_step_clock_names_the_innermost_running_phase():
       assert clock.current[0] == "logps"
     assert clock.current[0] == "train (cross-host)"
   assert clock.current is None
+
+
+@pytest.mark.parametrize("value,backend,message", [
+    (0, "mcjax", "integer >= 1"),
+    (2.5, "mcjax_da", "integer >= 1"),
+    (True, "mcjax", "integer >= 1"),
+    (30, "tunix", "--backend=tunix does not take it"),
+])
+def test_a_heartbeat_limit_that_cannot_apply_is_refused(value, backend,
+                                                       message):
+  with pytest.raises(ValueError, match=message):
+    step_watchdog.check_heartbeat(value, backend)
+
+
+def test_a_heartbeat_limit_reaches_jax_distributed():
+  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+
+  step_watchdog.check_heartbeat(None, "tunix")
+  step_watchdog.check_heartbeat(30, "mcjax")
+  config = runtime.RuntimeConfig.from_env(
+      {runtime.ENV_COORDINATOR: "127.0.0.1:1234", runtime.ENV_NUM_HOSTS: "2",
+       runtime.ENV_HOST_ID: "1"}, heartbeat_timeout_s=30)
+  assert config.heartbeat_timeout_s == 30
+  # What runtime.initialize passes to jax.distributed.initialize.
+  kwargs = runtime._optional_distributed_kwargs(config)  # pylint: disable=protected-access
+  assert kwargs == {"heartbeat_timeout_seconds": 30}
+

@@ -198,11 +198,13 @@ class RuntimeConfig:
       )
 
   @classmethod
-  def from_env(cls, environ: Mapping[str, str] | None = None) -> RuntimeConfig:
+  def from_env(cls, environ: Mapping[str, str] | None = None, *,
+               heartbeat_timeout_s: int | None = None) -> RuntimeConfig:
     """Reads the variables that `python -m tunix_mcjax.launch` sets.
 
     Args:
       environ: Variables to read; defaults to `os.environ`.
+      heartbeat_timeout_s: the entry point's --heartbeat_timeout_s.
 
     Returns:
       An explicit job config when TUNIX_MCJAX_COORDINATOR is set, else a config
@@ -259,6 +261,7 @@ class RuntimeConfig:
         process_id=host_id,
         local_device_count=read_int(ENV_DEVICES_PER_HOST),
         local_device_ids=ids,
+        heartbeat_timeout_s=heartbeat_timeout_s,
     )
 
 

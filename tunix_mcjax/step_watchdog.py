@@ -145,3 +145,22 @@ class StepWatchdog:
       if last is not None and now - last > self.timeout_s:
         self._on_expiry(self._message(now))
         return
+
+
+def check_heartbeat(value: int | None, backend: str) -> None:
+  """Raises ValueError unless --heartbeat_timeout_s fits the backend.
+
+  JAX's heartbeat is the other end for a host that dies or hangs: the
+  coordination service aborts every host (no one-line report).
+  """
+  if value is None:
+    return
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(
+        f"--heartbeat_timeout_s must be an integer >= 1 (seconds), got"
+        f" {value!r}.")
+  if backend not in ("mcjax", "mcjax_da"):
+    raise ValueError(
+        f"--heartbeat_timeout_s sets the heartbeat between the hosts of the"
+        f" mcjax and mcjax_da backends; --backend={backend} does not take"
+        " it.")

@@ -34,12 +34,18 @@ itself:
     --step_timeout_s; host_failure's line is not printed.
 After each: no process of the job is left (every pid seen while it ran),
 and the fixture's teardown leaves no namespace, file or process.
+
+The disaggregated mode on a Ray cluster spanning the two hosts (a head on
+host 0, a worker node on host 1): the job equals the local DA run, and with
+host 0 killed whole under a running job the driver on host 1 ends in one
+line and nothing is left on host 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import pathlib
 import secrets
 import shutil
@@ -295,7 +301,7 @@ def _note_actors(cluster: netns_cluster.Cluster,
   """Adds the DA actor classes (TrainerHost, RolloutHost) whose processes
   run in each host's namespace now to `seen[hostname]`."""
   for host in cluster.hosts:
-    for pid in netns_cluster._netns_pids(host.netns):  # pylint: disable=protected-access
+    for pid in cluster.pids(host):
       try:
         title = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
       except OSError:
@@ -349,3 +355,109 @@ def test_da_job_across_namespaced_ray_nodes_equals_the_local_run(
   local = shared_runs.example(*DA_FLAGS)
   example_runs.assert_same_rollouts_and_rewards(local, out)
   example_runs.assert_same_losses_and_parameters(local, out)
+
+
+# Ray's own limit for a node that lost its head
+# (gcs_rpc_server_reconnect_timeout_s, Ray 2.60), after which its raylet and
+# the job's actor on it end; the test leaves it at Ray's default.
+RAY_RECONNECT_S = 60
+HEAD_KILL_LIMIT_S = 90
+NODE_LIMIT_S = 300
+
+
+def _job_processes(cluster: netns_cluster.Cluster,
+                   host: netns_cluster.Host) -> list[str]:
+  """The job's processes on `host`: its driver and Ray workers (actors)."""
+  return [t for t in _titles(cluster.pids(host))
+          if "grpo_qwen3.py" in t or "ray::" in t and "Agent" not in t]
+
+
+def _titles(pids: list[int]) -> list[str]:
+  """The "PID command line" of each process still there."""
+  titles = []
+  for pid in pids:
+    try:
+      raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+      continue
+    title = raw.replace(b"\0", b" ").decode(errors="replace")
+    titles.append(f"{pid} {title[:120]}")
+  return titles
+
+
+def test_a_killed_ray_head_ends_the_da_job_in_one_line(tmp_path):
+  """Host 0, the Ray head's machine, killed whole (every process in its
+  namespace: the head's GCS and raylet, the job's actor there) while the DA
+  job trains, its driver on host 1 (a worker node): the driver exits 1 with
+  one line naming the head's GCS before Ray's own 60 s limit (seen: 1.2 s
+  when the actor on host 0 was the first sign, 16.7 s by the GCS probe);
+  within 90 s of the kill no process of the job is left on host 1 (its
+  actor ends with the raylet, which Ray stops 60 s after it lost the head),
+  and then no process at all: `ray start --block` kills the node's rest,
+  and its agents exit once their last report to the lost GCS gave up (seen
+  at about 122 s; allowed up to NODE_LIMIT_S)."""
+  launch_utils.require_markers("multihost", "e2e")
+  try:
+    cluster = netns_cluster.Cluster.create(HOSTS)
+  except netns_cluster.Unavailable as e:
+    pytest.skip(str(e))
+  out = tmp_path / "da_head"
+  out.mkdir()
+  env = _ray_env(secrets.token_hex(32))
+  head, driver_host = cluster.hosts
+  gcs = f"{head.address}:{RAY_PORT}"
+  temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
+  with cluster, contextlib.ExitStack() as stack:
+    stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
+    _ray_cluster(cluster, out, env, temp_dir)
+    metrics = out / "metrics.jsonl"
+    with open(out / "console.txt", "w") as log:
+      job = cluster.start(
+          driver_host,
+          [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
+           "--steps=500", f"--ray_address={gcs}",
+           "--ray_placement_strategy=STRICT_SPREAD",
+           f"--metrics_out={metrics}", "--timeout=900"],
+          env=env, stdout=log, cwd=launch_utils.REPO_ROOT)
+    deadline = time.monotonic() + FIRST_STEP_S
+    while not (metrics.exists() and metrics.read_text().strip()):
+      assert job.poll() is None, (out / "console.txt").read_text()[-5000:]
+      assert time.monotonic() < deadline, (
+          f"no step ended in {FIRST_STEP_S} s")
+      time.sleep(0.5)
+    for pid in cluster.pids(head):
+      with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+      code = job.wait(timeout=HEAD_KILL_LIMIT_S)
+    except subprocess.TimeoutExpired:
+      code = None
+    ended = time.monotonic() - killed
+    job_left = _job_processes(cluster, driver_host)
+    while job_left and time.monotonic() < killed + HEAD_KILL_LIMIT_S:
+      time.sleep(1)
+      job_left = _job_processes(cluster, driver_host)
+    job_gone = time.monotonic() - killed
+    # The node's own daemons (`ray start`'s raylet and agents) end by Ray's
+    # rules; how long they take is reported.
+    while (cluster.pids(driver_host)
+           and time.monotonic() < killed + NODE_LIMIT_S):
+      time.sleep(1)
+    left = _titles(cluster.pids(driver_host))
+    gone = time.monotonic() - killed
+  assert cluster.leftovers() == []
+  console = (out / "console.txt").read_text()
+  print(f"\n[netns DA head kill] driver exit {code} after {ended:.1f} s;"
+        f" job's processes gone after {job_gone:.1f} s; host 1 empty after"
+        f" {gone:.1f} s; left: {left}")
+  assert code == 1, console[-5000:]
+  errors = [l for l in console.splitlines()
+            if l.startswith("grpo_qwen3.py: error:")]
+  assert len(errors) == 1 and gcs in errors[0], console[-5000:]
+  assert "does not answer" in errors[0], errors
+  assert "Traceback" not in console, console[-5000:]
+  assert ended < RAY_RECONNECT_S, (
+      f"the driver took {ended:.1f} s: not its own watch but Ray's limit")
+  assert job_left == [], job_left
+  assert left == [], left

@@ -133,4 +133,4 @@ def test_a_namespace_in_use_is_refused_before_any_host_starts(monkeypatch):
   monkeypatch.setattr(ray.util, "placement_group", None)  # Never reached.
   with pytest.raises(RuntimeError, match="another job runs in it"):
     launcher._place(  # pylint: disable=protected-access
-        3, launcher.Placement(), timeout_s=1.0, name="ns_hosts")
+        3, launcher.Placement(), timeout_s=1.0, name="ns_hosts", watch=None)

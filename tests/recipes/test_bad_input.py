@@ -187,6 +187,23 @@ def test_a_reward_timeout_not_above_0_is_refused_by_both_entry_points():
       0.25)
 
 
+def test_a_heartbeat_limit_is_checked_by_both_entry_points():
+  from tunix_mcjax.cli import options  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import job_config  # pylint: disable=g-import-not-at-top
+
+  for kwargs, want in (({"heartbeat_timeout_s": 0}, "integer >= 1"),
+                       ({"heartbeat_timeout_s": 30, "backend": "tunix"},
+                        "--backend=tunix does not take it")):
+    with pytest.raises(ValueError, match=want):
+      job_config.GrpoJobConfig(**kwargs)
+    with pytest.raises(options.ConfigError, match=want):
+      options.CliOptions(**kwargs)
+  assert job_config.GrpoJobConfig(
+      heartbeat_timeout_s=30).heartbeat_timeout_s == 30
+  assert options.CliOptions(backend="mcjax",
+                            heartbeat_timeout_s=30).heartbeat_timeout_s == 30
+
+
 def test_relaunch_refuses_before_deleting_the_metrics_file(tmp_path):
   from tunix_mcjax import launch  # pylint: disable=g-import-not-at-top
   from tunix_mcjax import platforms  # pylint: disable=g-import-not-at-top

@@ -57,7 +57,7 @@ SHARED = {
     "backend", "engine", "metrics_out", "profile", "async_metrics",
     "freeze_gc", "balance_admission", "publish_in_one_call", "mesh",
     "transfer_guard", "reward_workers", "reward_timeout_s", "step_timeout_s",
-    "trainer_hosts",
+    "heartbeat_timeout_s", "trainer_hosts",
     "rollout_hosts", "max_staleness", "is_cap", "resume_step",
 }
 # The CLI's config defaults these otherwise (from Tunix's config: the stock

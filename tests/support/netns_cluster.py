@@ -275,6 +275,10 @@ class Cluster:
       except OSError:
         pass
 
+  def pids(self, host: Host) -> list[int]:
+    """Every process running in `host`'s namespace now."""
+    return _netns_pids(host.netns)
+
   def leftovers(self) -> list[str]:
     """What of this cluster still exists (for the teardown test)."""
     names = _run("ip", "netns", "list")

@@ -69,6 +69,7 @@ TRANSFER_GUARD = _job_flag("transfer_guard")
 REWARD_WORKERS = _job_flag("reward_workers")
 REWARD_TIMEOUT_S = _job_flag("reward_timeout_s")
 STEP_TIMEOUT_S = _job_flag("step_timeout_s")
+HEARTBEAT_TIMEOUT_S = _job_flag("heartbeat_timeout_s")
 PLACEMENT_INVARIANT = flags.DEFINE_bool(
     "placement_invariant_sampling",
     False,
@@ -158,4 +159,5 @@ def options_from_flags() -> CliOptions:
       params_out=PARAMS_OUT.value,
       transfer_guard=TRANSFER_GUARD.value,
       step_timeout_s=STEP_TIMEOUT_S.value,
+      heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S.value,
   )

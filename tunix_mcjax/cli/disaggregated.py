@@ -347,7 +347,8 @@ class CliTask:
       # A Ray worker parses no command line; Tunix's main reads its
       # --pathways_bns (unset here: the options carry ours).
       flags.FLAGS.mark_as_parsed()
-    info = runtime.initialize()  # Before JAX is used.
+    info = runtime.initialize(runtime.RuntimeConfig.from_env(  # Before JAX.
+        heartbeat_timeout_s=self.options.heartbeat_timeout_s))
     argv = list(self.argv)
     pipeline.check_mcjax_config(
         pipeline.GrpoCliPipeline(argv, options=self.options),

@@ -235,6 +235,7 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
   # pylint: disable=g-import-not-at-top
   from tunix_mcjax.cli import disaggregated
   from tunix_mcjax.da import launcher
+  from tunix_mcjax.da import ray_waits
   # pylint: enable=g-import-not-at-top
 
   if cli_flags.NUM_HOSTS.present:
@@ -280,6 +281,8 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
         placement=devices.placement)
   except RuntimeError as e:
     print(f"grpo_main: error: {e}", file=sys.stderr, flush=True)
+    if isinstance(e, ray_waits.RayHeadLost):
+      ray_waits.leave_without_ray(1)  # Ray's exit hook would wait for it.
     return 1
   return 0
 
@@ -288,7 +291,8 @@ def _main_host(argv: list[str], options: CliOptions) -> None:
   """One host of an mcjax job (local simulation or a real cluster)."""
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
-  info = runtime.initialize()  # Before JAX is used.
+  info = runtime.initialize(runtime.RuntimeConfig.from_env(  # Before JAX.
+      heartbeat_timeout_s=options.heartbeat_timeout_s))
   try:
     check_mcjax_config(
         GrpoCliPipeline(argv, options=options),

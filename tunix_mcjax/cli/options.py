@@ -83,6 +83,8 @@ class CliOptions:
       (`tunix_mcjax.transfers`).
     step_timeout_s: mcjax and mcjax_da only: the most a host's step after
       its first may take before the host stops (`tunix_mcjax.step_watchdog`).
+    heartbeat_timeout_s: mcjax and mcjax_da only: jax.distributed's
+      heartbeat limit; None: JAX's default.
   """
 
   backend: str = DEFAULT_BACKEND
@@ -106,6 +108,7 @@ class CliOptions:
   params_out: str | None = None
   transfer_guard: str = "allow"
   step_timeout_s: float = step_watchdog.DEFAULT_STEP_TIMEOUT_S
+  heartbeat_timeout_s: int | None = None
 
   def __post_init__(self):
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
@@ -126,6 +129,7 @@ class CliOptions:
     try:
       rewards_pool.check_timeout(self.reward_timeout_s)
       step_watchdog.check_timeout(self.step_timeout_s)
+      step_watchdog.check_heartbeat(self.heartbeat_timeout_s, self.backend)
     except ValueError as e:
       raise ConfigError(str(e)) from None
     if (self.step_timeout_s != step_watchdog.DEFAULT_STEP_TIMEOUT_S

@@ -62,11 +62,11 @@ from tunix_mcjax import runtime
 from tunix_mcjax.da import model_source
 from tunix_mcjax.da import options as options_lib
 from tunix_mcjax.da import ray_local
+from tunix_mcjax.da import ray_waits
 from tunix_mcjax.da import rollout_host
 from tunix_mcjax.da import trainer_host
 from tunix_mcjax.rules import vllm_keys
 
-_POLL_S = 0.5
 # Restarts Ray grants one rollout host over the job.
 ROLLOUT_RESTARTS = 3
 
@@ -353,7 +353,8 @@ def run_local(task: model_source.TrainerTask, *,
         if ray_address else ray_local.RaySessionConfig(
             num_cpus=placement.local_cpus(total), namespace=namespace))
   t0 = time.perf_counter()
-  with ray_local.RaySession(session):
+  with ray_local.RaySession(session) as ray_session:
+    watch = _head_watch()
     where = ("Ray up" if session.local
              else f"connected to the Ray cluster at {session.address}")
     devices = (f"{devices_per_host} CPU devices" if devices_per_host
@@ -364,19 +365,44 @@ def run_local(task: model_source.TrainerTask, *,
     _log(f"Ray namespace {namespace}: rollout actors"
          f" {options_lib.ROLLOUT_ACTOR_PREFIX}0..{da.rollout_hosts - 1},"
          f" placement group {options_lib.placement_group_name(namespace)}")
-    group = _place(total, placement, timeout_s=timeout_s,
-                   name=options_lib.placement_group_name(namespace))
     actors = []
+    group = None
     try:
+      group = _place(total, placement, timeout_s=timeout_s,
+                     name=options_lib.placement_group_name(namespace),
+                     watch=watch)
       summaries = _run_hosts(task, da, namespace, group, placement, actors,
                              rollout_source=rollout_source,
                              devices_per_host=devices_per_host,
-                             timeout_s=timeout_s, local=session.local)
+                             timeout_s=timeout_s, local=session.local,
+                             watch=watch)
+    except Exception as e:
+      if (watch is not None and not isinstance(e, ray_waits.RayHeadLost)
+          and watch.confirm_lost()):
+        # An actor's death is often the first sign of a lost head.
+        raise ray_waits.RayHeadLost(
+            f"{watch.message()} (first seen as: {e})") from e
+      raise
     finally:
-      # On an existing cluster nothing else would stop them before the
-      # driver disconnects; locally it shortens Ray's shutdown.
-      _release(actors, group, wait=not session.local)
+      if watch is not None and watch.lost:
+        # Every Ray call from here on would wait for the lost GCS.
+        ray_session.abandon()
+      elif group is not None:
+        # On an existing cluster nothing else would stop them before the
+        # driver disconnects; locally it shortens Ray's shutdown.
+        _release(actors, group, wait=not session.local)
   return summaries[0]
+
+
+def _head_watch() -> ray_waits.HeadWatch | None:
+  """A watch on the connected cluster's GCS (None for a Ray Client
+  connection, where this process does not talk to the GCS)."""
+  import ray  # pylint: disable=g-import-not-at-top
+  from ray.util import client as ray_client  # pylint: disable=g-import-not-at-top
+
+  if ray_client.ray.is_connected():
+    return None
+  return ray_waits.HeadWatch(ray.get_runtime_context().gcs_address)
 
 
 def job_namespace(da: options_lib.DaOptions,
@@ -400,7 +426,7 @@ def job_namespace(da: options_lib.DaOptions,
 
 
 def _place(hosts: int, placement: Placement, *, timeout_s: float,
-           name: str) -> Any:
+           name: str, watch: ray_waits.HeadWatch | None) -> Any:
   """The job's placement group (one bundle per host), once Ray granted it."""
   import ray  # pylint: disable=g-import-not-at-top
 
@@ -416,7 +442,13 @@ def _place(hosts: int, placement: Placement, *, timeout_s: float,
   group = ray.util.placement_group([dict(placement.bundle)] * hosts,
                                  strategy=placement.strategy, name=name)
   wait_s = min(placement.timeout_s, timeout_s)
-  ready, _ = ray.wait([group.ready()], timeout=wait_s)
+  deadline = time.monotonic() + wait_s
+  ready = []
+  while not ready and time.monotonic() < deadline:
+    if watch is not None:
+      watch.check()
+    ready, _ = ray.wait([group.ready()], timeout=min(
+        ray_waits.POLL_S, max(0.0, deadline - time.monotonic())))
   if not ready:
     free = ray.available_resources()
     ray.util.remove_placement_group(group)
@@ -434,7 +466,7 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
                actors: list[Any], *,
                rollout_source: model_source.ModelSource,
                devices_per_host: int | None, timeout_s: float,
-               local: bool) -> list[Any]:
+               local: bool, watch: ray_waits.HeadWatch | None) -> list[Any]:
   """Starts the hosts (appended to `actors` as they are made); waits."""
   import ray  # pylint: disable=g-import-not-at-top
   from ray.util import scheduling_strategies  # pylint: disable=g-import-not-at-top
@@ -469,9 +501,10 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
           " another job runs in it. Leave the namespace unset (each job gets"
           " its own) or give this job another one.") from e
     actors.append(rollouts[-1])
-  _wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
+  ray_waits.wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
             what="rollout hosts to build their engines",
-            names=[f"rollout host {i}" for i in range(da.rollout_hosts)])
+            names=[f"rollout host {i}" for i in range(da.rollout_hosts)],
+            watch=watch)
   trainer_cls = ray.remote(trainer_host.TrainerHost)
   trainers = []
   for i in range(da.trainer_hosts):
@@ -486,10 +519,10 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
   names = [f"trainer host {i}" for i in range(da.trainer_hosts)]
   # Trainer host 0 runs the coordinator, so it names the address: only it
   # knows its node and which ports are free there.
-  (coordinator,) = _wait_all(
+  (coordinator,) = ray_waits.wait_all(
       [trainers[0].coordinator_address.remote(loopback=local)],
       timeout_s=timeout_s, what="the trainers' coordinator address",
-      names=names[:1])
+      names=names[:1], watch=watch)
   _log(f"trainer coordinator at {coordinator} (trainer host 0)")
   for i, trainer in enumerate(trainers):
     # Runs before `run` (an actor's calls run in order).
@@ -497,9 +530,9 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
         {"PYTHONUNBUFFERED": "1"}, coordinator=coordinator,
         num_hosts=da.trainer_hosts, host_id=i,
         devices_per_host=devices_per_host))
-  return _wait_all(
+  return ray_waits.wait_all(
       [t.run.remote(task) for t in trainers], timeout_s=timeout_s,
-      what="the trainer hosts to finish the job", names=names)
+      what="the trainer hosts to finish the job", names=names, watch=watch)
 
 
 def _release(actors: list[Any], group: Any, *, wait: bool) -> None:
@@ -539,37 +572,3 @@ def _release(actors: list[Any], group: Any, *, wait: bool) -> None:
     ray.util.remove_placement_group(group)
   except Exception:  # pylint: disable=broad-exception-caught
     pass  # Ray is going down with the local head anyway.
-
-
-def _wait_all(refs: list[Any], *, timeout_s: float, what: str,
-              names: list[str]) -> list[Any]:
-  """Results of every ref; the first failure or the timeout is an error."""
-  import ray  # pylint: disable=g-import-not-at-top
-
-  index = {ref: i for i, ref in enumerate(refs)}
-  results: list[Any] = [None] * len(refs)
-  pending = list(refs)
-  deadline = time.monotonic() + timeout_s
-  while pending:
-    left = deadline - time.monotonic()
-    if left <= 0:
-      raise RuntimeError(
-          f"Timed out after {timeout_s:.0f} s waiting for {what}:"
-          f" {[names[index[r]] for r in pending]} did not finish."
-      )
-    ready, pending = ray.wait(pending, num_returns=1,
-                              timeout=min(_POLL_S, left))
-    for ref in ready:
-      try:
-        results[index[ref]] = ray.get(ref)
-      except Exception as e:  # pylint: disable=broad-exception-caught
-        raise RuntimeError(
-            f"{names[index[ref]]} failed while waiting for {what}:"
-            f" {type(e).__name__}: {_last_line(e)}"
-        ) from e
-  return results
-
-
-def _last_line(e: BaseException) -> str:
-  text = str(e).strip().splitlines()
-  return text[-1] if text else ""

@@ -456,21 +456,41 @@ class RaySession:
     if self.config.local:
       if self._reap(grace_s):
         keep_logs = True
-      for name, value in self._saved_env.items():
-        if value is None:
-          os.environ.pop(name, None)
-        else:
-          os.environ[name] = value
-      self._saved_env.clear()
-      if self._own_temp_dir and not keep_logs:
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-      elif self.temp_dir:
-        logging.warning(
-            "Ray's logs of this session are kept in %s%s.", self.temp_dir,
-            "" if not self._own_temp_dir else
-            " (removed when the next local Ray head starts on this machine)")
+      self._end_local(keep_logs)
     self.stop_s = time.perf_counter() - t0
     logging.info("Ray stopped in %.1f s.", self.stop_s)
+
+  def abandon(self) -> None:
+    """Leaves a Ray whose head is lost without calling Ray again.
+
+    ray.shutdown() would wait for the lost GCS (up to Ray's reconnect limit,
+    then a fatal exit); a local head's processes are killed instead. The
+    process then exits through `ray_waits.leave_without_ray`, since Ray's own
+    exit hook would wait as well.
+    """
+    if not self._started:
+      return
+    self._started = False
+    atexit.unregister(self._atexit_close)
+    if self.config.local:
+      ray_processes.kill(self._session_pids())
+      self._end_local(keep_logs=_keep_logs_asked())
+
+  def _end_local(self, keep_logs: bool) -> None:
+    """Restores the environment; removes or names the local temp dir."""
+    for name, value in self._saved_env.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+    self._saved_env.clear()
+    if self._own_temp_dir and not keep_logs:
+      shutil.rmtree(self.temp_dir, ignore_errors=True)
+    elif self.temp_dir:
+      logging.warning(
+          "Ray's logs of this session are kept in %s%s.", self.temp_dir,
+          "" if not self._own_temp_dir else
+          " (removed when the next local Ray head starts on this machine)")
 
   def _reap(self, grace_s: float) -> bool:
     """Waits up to grace_s for the head's processes to exit, kills the rest.

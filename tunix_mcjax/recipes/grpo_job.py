@@ -286,7 +286,8 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   if cfg.engine == "vllm":
     # JAX's share of the GPU beside vLLM's, before its backend starts.
     device_memory.apply(device_memory.split(cfg.engine_memory_fraction))
-  info = runtime.initialize()
+  info = runtime.initialize(runtime.RuntimeConfig.from_env(
+      heartbeat_timeout_s=cfg.heartbeat_timeout_s))
   # On a real cluster no launcher checked the job before the hosts started.
   check_job(cfg, num_hosts=info.process_count,
             devices_per_host=info.local_device_count)

@@ -238,6 +238,13 @@ class GrpoJobConfig:
       " host stops, naming the step and phase. Catches a collective that"
       " hangs on a stopped or cut-off host on a cluster, where no launcher"
       " watches. A huge value all but turns it off.")
+  # mcjax, mcjax_da: jax.distributed's heartbeat_timeout_seconds.
+  heartbeat_timeout_s: int | None = _field(
+      None, "mcjax, mcjax_da: seconds without a heartbeat after which JAX's"
+      " coordination service declares a host dead and aborts the others"
+      " (jax.distributed's heartbeat_timeout_seconds; default: JAX's, 100 s)."
+      " Lower it on a cluster to end a job sooner when a machine dies; the"
+      " end is JAX's abort, not one line (--step_timeout_s gives that).")
   # Prompts longer than max_prompt_length: an error naming the row (False),
   # or dropped from the global dataset before dealing, with a count (True).
   skip_long_prompts: bool = _field(
@@ -342,6 +349,7 @@ class GrpoJobConfig:
       raise ValueError(
           f"--step_timeout_s watches the hosts of the mcjax and mcjax_da"
           f" backends; --backend={self.backend} does not take it.")
+    step_watchdog.check_heartbeat(self.heartbeat_timeout_s, self.backend)
     if self.mesh not in rules.MESH_KINDS:
       raise ValueError(
           f"mesh must be one of {rules.MESH_KINDS}, got {self.mesh!r}."
@@ -549,3 +557,4 @@ class GrpoJobConfig:
         balance_admission=self.balance_admission,
         publish_in_one_call=self.publish_in_one_call,
     )
+
