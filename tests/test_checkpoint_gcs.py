@@ -28,7 +28,6 @@ configuration is refused before any host starts; --resume_step 1 sets step
 
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
 import sys
@@ -165,33 +164,6 @@ def _resumed_from(proc: subprocess.CompletedProcess[str]) -> str:
   return lines[0]
 
 
-def _assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
-                          first_step: int) -> None:
-  """`got` (resumed) reproduces `ref` from step `first_step` on, its final
-  parameters bit for bit (as tests/test_checkpointing.py compares)."""
-  ref_rolls = example_runs.read_rollouts(ref)[first_step - 1:]
-  got_rolls = example_runs.read_rollouts(got)
-  assert len(got_rolls) == len(ref_rolls) == STEPS + 1 - first_step
-  for k, (a, b) in enumerate(zip(ref_rolls, got_rolls), start=first_step):
-    assert a["prompts"] == b["prompts"], k
-    assert a["completions"] == b["completions"], k
-    np.testing.assert_allclose(b["rewards"], a["rewards"], rtol=1e-6,
-                               err_msg=str(k))
-  ref_recs = json.loads((ref / "records.json").read_text())[first_step - 1:]
-  got_recs = json.loads((got / "records.json").read_text())
-  assert [r["step"] for r in got_recs] == list(range(first_step, STEPS + 1))
-  assert ([r["prompts_digest"] for r in got_recs]
-          == [r["prompts_digest"] for r in ref_recs])
-  np.testing.assert_allclose([r["loss"] for r in got_recs],
-                             [r["loss"] for r in ref_recs], rtol=1e-6,
-                             atol=1e-6)
-  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
-  assert sorted(pa.files) == sorted(pb.files)
-  for name in pa.files:
-    np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)
-  example_runs.assert_parameters_moved(got)
-
-
 @pytest.fixture(scope="module")
 def gcs_runs(gcs, tmp_path_factory):
   """An uninterrupted run saving to gs://bucket/ref, and the same command
@@ -220,7 +192,8 @@ def test_job_on_gcs_sigkilled_resumes_exactly(gcs_runs):
   root = gcs_runs["root"]
   assert (f"resuming from checkpoint {root}/actor/1 (global step 1, data"
           " position 6") in _resumed_from(gcs_runs["proc"])
-  _assert_resumed_equal(gcs_runs["ref"], gcs_runs["out"], first_step=2)
+  example_runs.assert_resumed_equal(
+      gcs_runs["ref"], gcs_runs["out"], first_step=2, steps=STEPS, exact=True)
   assert _complete_steps(root) == [1, 2]
   assert _complete_steps(gcs_runs["ref_root"]) == [1, 2]
   # No lock on gs:// (job_files): nothing but Orbax's and mcjax's objects.
@@ -258,7 +231,8 @@ def test_gcs_resume_step_sets_later_aside_and_resumes_exactly(gcs, gcs_runs):
   aside = f"{root}/{checkpointing.SET_ASIDE_SUBDIR}"
   assert f"set aside the later step(s) 2 in {aside}" in proc.stdout
   assert f"{root}/actor/1 (global step 1" in _resumed_from(proc)
-  _assert_resumed_equal(gcs_runs["ref"], out, first_step=2)
+  example_runs.assert_resumed_equal(
+      gcs_runs["ref"], out, first_step=2, steps=STEPS, exact=True)
   # The resumed run wrote its own step 2; the earlier one is kept aside.
   assert _complete_steps(root) == [1, 2]
   assert (checkpointing.as_path(aside) / "2" / "commit_success.txt").exists()

@@ -117,37 +117,6 @@ def _run_killed_while_saving(cmd: list[str], out: pathlib.Path,
   pytest.fail(f"checkpoint {step} completed before the kill, twice")
 
 
-def _assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
-                          first_step: int, exact: bool) -> None:
-  """`got` (resumed) reproduces `ref` from step `first_step` on."""
-  ref_rolls = example_runs.read_rollouts(ref)[first_step - 1:]
-  got_rolls = example_runs.read_rollouts(got)
-  assert len(got_rolls) == len(ref_rolls) == STEPS + 1 - first_step
-  for k, (a, b) in enumerate(zip(ref_rolls, got_rolls), start=first_step):
-    assert a["prompts"] == b["prompts"], k
-    assert a["completions"] == b["completions"], k
-    np.testing.assert_allclose(b["rewards"], a["rewards"], rtol=1e-6,
-                               err_msg=str(k))
-  ref_recs = json.loads((ref / "records.json").read_text())[first_step - 1:]
-  got_recs = json.loads((got / "records.json").read_text())
-  # Step numbers continue; each step's batch is the reference's.
-  assert [r["step"] for r in got_recs] == list(range(first_step, STEPS + 1))
-  assert ([r["prompts_digest"] for r in got_recs]
-          == [r["prompts_digest"] for r in ref_recs])
-  np.testing.assert_allclose([r["loss"] for r in got_recs],
-                             [r["loss"] for r in ref_recs], rtol=1e-6,
-                             atol=1e-6)
-  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
-  assert sorted(pa.files) == sorted(pb.files)
-  for name in pa.files:
-    if exact:
-      np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)
-    else:
-      np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
-                                 err_msg=name)
-  example_runs.assert_parameters_moved(got)
-
-
 def _resumed_from(proc: subprocess.CompletedProcess[str]) -> str:
   lines = [line for line in proc.stdout.splitlines()
            if "resuming from checkpoint" in line]
@@ -216,7 +185,8 @@ def test_job_sigkilled_while_saving_resumes_exactly(full):
       after_kill)
   assert "actor/2 (global step 2, data position 12" in _resumed_from(
       full["proc"])
-  _assert_resumed_equal(full["ref"], full["out"], first_step=3, exact=True)
+  example_runs.assert_resumed_equal(
+      full["ref"], full["out"], first_step=3, steps=STEPS, exact=True)
   # The resumed run checkpoints on: the same steps as the reference.
   assert checkpointing.complete_steps(str(full["ckpt"])) == list(range(2, STEPS + 1, 2))
   assert checkpointing.complete_steps(str(full["ref_ckpt"])) == list(range(2, STEPS + 1, 2))
@@ -230,7 +200,8 @@ def test_sigkilled_lora_job_resumes_exactly(lora):
   assert lora["steps_after_kill"] == [2]
   assert "actor/2 (global step 2, data position 12, written by 2 host(s))" in (
       _resumed_from(lora["proc"]))
-  _assert_resumed_equal(lora["ref"], lora["out"], first_step=3, exact=True)
+  example_runs.assert_resumed_equal(
+      lora["ref"], lora["out"], first_step=3, steps=STEPS, exact=True)
   assert checkpointing.complete_steps(str(lora["ckpt"])) == list(range(2, STEPS + 1, 2))
   # Only the adapters (and their optimizer state) are checkpointed.
   saved = checkpointing.latest(str(lora["ckpt"]))
@@ -249,7 +220,8 @@ def test_two_host_checkpoint_resumes_on_another_host_count(full, tmp_path,
   ckpt, out = tmp_path / "ckpt", tmp_path / f"hosts{num_hosts}"
   proc = _resume_copy(full["ref_ckpt"], ckpt, out, f"--num_hosts={num_hosts}")
   assert "written by 2 host(s)" in _resumed_from(proc)
-  _assert_resumed_equal(full["ref"], out, first_step=3, exact=False)
+  example_runs.assert_resumed_equal(
+      full["ref"], out, first_step=3, steps=STEPS, exact=False)
   assert checkpointing.latest(str(ckpt)).num_hosts == num_hosts
 
 
@@ -361,7 +333,8 @@ def test_corrupt_latest_checkpoint_is_named_and_resume_step_goes_back(
   aside = ckpt / checkpointing.SET_ASIDE_SUBDIR
   assert f"set aside the later step(s) {STEPS} in {aside}" in proc.stdout
   assert "actor/2 (global step 2, data position 12" in _resumed_from(proc)
-  _assert_resumed_equal(full["ref"], out, first_step=3, exact=True)
+  example_runs.assert_resumed_equal(
+      full["ref"], out, first_step=3, steps=STEPS, exact=True)
   # The resumed run wrote its own step 4; the damaged one is kept aside.
   assert checkpointing.complete_steps(str(ckpt)) == [2, STEPS]
   assert (aside / str(STEPS) / cut.relative_to(latest)).stat().st_size == size

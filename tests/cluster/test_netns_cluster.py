@@ -63,13 +63,7 @@ TIMEOUT_S = 600
 def _base_env() -> dict[str, str]:
   """This test's environment, less anything that names another job (or a
   proxy: gRPC would send the coordinator's traffic to it)."""
-  env = launch_utils.launcher_env()
-  for name in list(env):
-    if (name.startswith(("TUNIX_MCJAX_", "SLURM", "JAX_COORDINATOR",
-                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "OMPI_",
-                         "PMIX_", "KUBERNETES_", "TPU_", "CLOUD_TPU_"))
-        or "_proxy" in name.lower()):
-      del env[name]
+  env = netns_cluster.without_other_jobs(launch_utils.launcher_env())
   # This host's devices, as the platform plan gives a simulated host (a
   # real host has its accelerators instead).
   env.update({"JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",

@@ -81,13 +81,7 @@ def _env(cluster: netns_cluster.Cluster, host: netns_cluster.Host,
          port: int) -> dict[str, str]:
   """The test's environment less any other job's or proxy's variables,
   plus the explicit coordinator variables for `host`."""
-  env = launch_utils.launcher_env()
-  for name in list(env):
-    if (name.startswith(("TUNIX_MCJAX_", "SLURM", "JAX_COORDINATOR",
-                         "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "OMPI_",
-                         "PMIX_", "KUBERNETES_", "TPU_", "CLOUD_TPU_"))
-        or "_proxy" in name.lower()):
-      del env[name]
+  env = netns_cluster.without_other_jobs(launch_utils.launcher_env())
   env.update({
       "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
       "TUNIX_MCJAX_DEVICES_PER_HOST": "1",
@@ -194,6 +188,18 @@ def _watchdog_lines(console: str) -> list[str]:
           and "has not ended" in l]
 
 
+def _assert_ended_by_the_watchdog(job: _Job, code: int | None,
+                                  elapsed: float) -> _Job:
+  """Host 0 ended by its step watchdog: status, one line, within the limit."""
+  assert code == step_watchdog.EXIT_STATUS, job.consoles()
+  lines = _watchdog_lines(job.console(0))
+  assert len(lines) == 1, job.consoles()
+  assert f"(--step_timeout_s {STEP_TIMEOUT_S})" in lines[0], lines[0]
+  assert elapsed < STEP_TIMEOUT_S + SLACK_S, (
+      f"host 0 took {elapsed:.1f} s to stop")
+  return job
+
+
 def test_a_killed_host_ends_the_other_naming_its_address(tmp_path):
   def kill(job: _Job) -> None:
     job.procs[1].send_signal(signal.SIGKILL)
@@ -213,30 +219,18 @@ def test_a_stopped_host_is_caught_by_the_others_step_watchdog(tmp_path):
   def stop(job: _Job) -> None:
     job.procs[1].send_signal(signal.SIGSTOP)
 
-  job, code, elapsed = _run_fault(
+  _assert_ended_by_the_watchdog(*_run_fault(
       tmp_path / "stopped", stop, STEP_TIMEOUT_S + SLACK_S + 30,
-      f"--step_timeout_s={STEP_TIMEOUT_S}")
-  assert code == step_watchdog.EXIT_STATUS, job.consoles()
-  lines = _watchdog_lines(job.console(0))
-  assert len(lines) == 1, job.consoles()
-  assert f"(--step_timeout_s {STEP_TIMEOUT_S})" in lines[0], lines[0]
-  assert elapsed < STEP_TIMEOUT_S + SLACK_S, (
-      f"host 0 took {elapsed:.1f} s to stop")
+      f"--step_timeout_s={STEP_TIMEOUT_S}"))
 
 
 def test_a_host_cut_off_is_caught_by_the_others_step_watchdog(tmp_path):
   def cut(job: _Job) -> None:
     job.cluster.set_link(job.cluster.hosts[1], up=False)
 
-  job, code, elapsed = _run_fault(
+  job = _assert_ended_by_the_watchdog(*_run_fault(
       tmp_path / "cut", cut, STEP_TIMEOUT_S + SLACK_S + 30,
-      f"--step_timeout_s={STEP_TIMEOUT_S}")
-  assert code == step_watchdog.EXIT_STATUS, job.consoles()
-  lines = _watchdog_lines(job.console(0))
-  assert len(lines) == 1, job.consoles()
-  assert f"(--step_timeout_s {STEP_TIMEOUT_S})" in lines[0], lines[0]
-  assert elapsed < STEP_TIMEOUT_S + SLACK_S, (
-      f"host 0 took {elapsed:.1f} s to stop")
+      f"--step_timeout_s={STEP_TIMEOUT_S}"))
   # Host 1 is cut off, not stopped: its own watchdog ends it too.
   assert job.host1[0] == step_watchdog.EXIT_STATUS, job.consoles()
 
@@ -312,41 +306,52 @@ def _note_actors(cluster: netns_cluster.Cluster,
           seen.setdefault(host.hostname, set()).add(actor)
 
 
+@contextlib.contextmanager
+def _da_job_on_ray_cluster(out: pathlib.Path, driver: int, *flags: str):
+  """A Ray cluster over the 2 namespaced hosts (`_ray_cluster`: head on host
+  0, token auth) and the DA job's driver started on host `driver` with
+  `--ray_address`, STRICT_SPREAD, `--metrics_out=out/metrics.jsonl` and
+  `flags`; yields (cluster, driver process). Namespaces, processes and
+  Ray's temporary directory are gone afterwards."""
+  launch_utils.require_markers("multihost", "e2e")
+  try:
+    cluster = netns_cluster.Cluster.create(HOSTS)
+  except netns_cluster.Unavailable as e:
+    pytest.skip(str(e))
+  out.mkdir()
+  env = _ray_env(secrets.token_hex(32))
+  # Short: Ray's AF_UNIX socket paths under it must stay within 107 bytes.
+  temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
+  with cluster, contextlib.ExitStack() as stack:
+    stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
+    _ray_cluster(cluster, out, env, temp_dir)
+    with open(out / "console.txt", "w") as log:
+      job = cluster.start(
+          cluster.hosts[driver],
+          [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
+           f"--ray_address={cluster.hosts[0].address}:{RAY_PORT}",
+           "--ray_placement_strategy=STRICT_SPREAD",
+           f"--metrics_out={out / 'metrics.jsonl'}", *flags],
+          env=env, stdout=log, cwd=launch_utils.REPO_ROOT)
+    yield cluster, job
+  assert cluster.leftovers() == []
+
+
 def test_da_job_across_namespaced_ray_nodes_equals_the_local_run(
     tmp_path, shared_runs):
   """A Ray head (`ray start --head`, token auth) on host 0's address, a
   worker node joining from host 1, the DA job submitted from host 0 with
   `--ray_address` and STRICT_SPREAD: its trainer and rollout host run on
   different namespaced hosts, and it equals the local DA run (own head)."""
-  launch_utils.require_markers("multihost", "e2e")
-  try:
-    cluster = netns_cluster.Cluster.create(HOSTS)
-  except netns_cluster.Unavailable as e:
-    pytest.skip(str(e))
   out = tmp_path / "da"
-  out.mkdir()
-  env = _ray_env(secrets.token_hex(32))
   placed: dict[str, set[str]] = {}
-  # Short: Ray's AF_UNIX socket paths under it must stay within 107 bytes.
-  temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
-  with cluster, contextlib.ExitStack() as stack:
-    stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
-    _ray_cluster(cluster, out, env, temp_dir)
-    metrics = out / "metrics.jsonl"
-    with open(out / "console.txt", "w") as log:
-      job = cluster.start(
-          cluster.hosts[0],
-          [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
-           f"--ray_address={cluster.hosts[0].address}:{RAY_PORT}",
-           "--ray_placement_strategy=STRICT_SPREAD", f"--dump_dir={out}",
-           f"--metrics_out={metrics}", "--timeout=500"],
-          env=env, stdout=log, cwd=launch_utils.REPO_ROOT)
+  with _da_job_on_ray_cluster(out, 0, f"--dump_dir={out}",
+                              "--timeout=500") as (cluster, job):
     deadline = time.monotonic() + 600
     while job.poll() is None and time.monotonic() < deadline:
       _note_actors(cluster, placed)
       time.sleep(0.5)
     code = job.poll()
-  assert cluster.leftovers() == []
   console = (out / "console.txt").read_text()
   assert code == 0, console[-5000:]
   print(f"\n[netns DA] actors by host: {placed}")
@@ -396,29 +401,12 @@ def test_a_killed_ray_head_ends_the_da_job_in_one_line(tmp_path):
   and then no process at all: `ray start --block` kills the node's rest,
   and its agents exit once their last report to the lost GCS gave up (seen
   at about 122 s; allowed up to NODE_LIMIT_S)."""
-  launch_utils.require_markers("multihost", "e2e")
-  try:
-    cluster = netns_cluster.Cluster.create(HOSTS)
-  except netns_cluster.Unavailable as e:
-    pytest.skip(str(e))
   out = tmp_path / "da_head"
-  out.mkdir()
-  env = _ray_env(secrets.token_hex(32))
-  head, driver_host = cluster.hosts
-  gcs = f"{head.address}:{RAY_PORT}"
-  temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
-  with cluster, contextlib.ExitStack() as stack:
-    stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
-    _ray_cluster(cluster, out, env, temp_dir)
-    metrics = out / "metrics.jsonl"
-    with open(out / "console.txt", "w") as log:
-      job = cluster.start(
-          driver_host,
-          [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
-           "--steps=500", f"--ray_address={gcs}",
-           "--ray_placement_strategy=STRICT_SPREAD",
-           f"--metrics_out={metrics}", "--timeout=900"],
-          env=env, stdout=log, cwd=launch_utils.REPO_ROOT)
+  metrics = out / "metrics.jsonl"
+  with _da_job_on_ray_cluster(out, 1, "--steps=500",
+                              "--timeout=900") as (cluster, job):
+    head, driver_host = cluster.hosts
+    gcs = f"{head.address}:{RAY_PORT}"
     deadline = time.monotonic() + FIRST_STEP_S
     while not (metrics.exists() and metrics.read_text().strip()):
       assert job.poll() is None, (out / "console.txt").read_text()[-5000:]
@@ -446,7 +434,6 @@ def test_a_killed_ray_head_ends_the_da_job_in_one_line(tmp_path):
       time.sleep(1)
     left = _titles(cluster.pids(driver_host))
     gone = time.monotonic() - killed
-  assert cluster.leftovers() == []
   console = (out / "console.txt").read_text()
   print(f"\n[netns DA head kill] driver exit {code} after {ended:.1f} s;"
         f" job's processes gone after {job_gone:.1f} s; host 1 empty after"

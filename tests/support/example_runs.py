@@ -141,3 +141,37 @@ def assert_parameters_moved(run_dir: pathlib.Path) -> float:
   moved = max(float(np.abs(pa[k] - pb[k]).max()) for k in pa.files)
   assert moved > 1e-3, moved
   return moved
+
+
+def assert_resumed_equal(ref: pathlib.Path, got: pathlib.Path, *,
+                         first_step: int, steps: int, exact: bool) -> None:
+  """`got` (a resumed run of `steps` steps) reproduces `ref` from step
+  `first_step` on: batches, completions, rewards, losses, and the final
+  parameters bit for bit (`exact`) or within rtol = atol = 1e-6."""
+  ref_rolls = read_rollouts(ref)[first_step - 1:]
+  got_rolls = read_rollouts(got)
+  assert len(got_rolls) == len(ref_rolls) == steps + 1 - first_step
+  for k, (a, b) in enumerate(zip(ref_rolls, got_rolls), start=first_step):
+    assert a["prompts"] == b["prompts"], k
+    assert a["completions"] == b["completions"], k
+    np.testing.assert_allclose(b["rewards"], a["rewards"], rtol=1e-6,
+                               err_msg=str(k))
+  ref_recs = json.loads((ref / "records.json").read_text())[first_step - 1:]
+  got_recs = json.loads((got / "records.json").read_text())
+  # Step numbers continue; each step's batch is the reference's.
+  assert [r["step"] for r in got_recs] == list(range(first_step, steps + 1))
+  assert ([r["prompts_digest"] for r in got_recs]
+          == [r["prompts_digest"] for r in ref_recs])
+  np.testing.assert_allclose([r["loss"] for r in got_recs],
+                             [r["loss"] for r in ref_recs], rtol=1e-6,
+                             atol=1e-6)
+  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files)
+  for name in pa.files:
+    if exact:
+      np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)
+    else:
+      np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
+                                 err_msg=name)
+  assert_parameters_moved(got)
+

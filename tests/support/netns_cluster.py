@@ -374,3 +374,16 @@ def wait_all(procs: Sequence[subprocess.Popen], *, timeout: float,
       return codes
     time.sleep(every)
   return [p.poll() for p in procs]
+
+
+def without_other_jobs(env: Mapping[str, str]) -> dict[str, str]:
+  """`env` less anything that names another job or a scheduler (each route
+  sets its own), or a proxy (gRPC would send the coordinator's traffic to
+  it)."""
+  return {name: value for name, value in env.items()
+          if not name.startswith(
+              ("TUNIX_MCJAX_", "SLURM", "JAX_COORDINATOR", "JAX_NUM_PROCESSES",
+               "JAX_PROCESS_ID", "OMPI_", "PMIX_", "KUBERNETES_", "TPU_",
+               "CLOUD_TPU_"))
+          and "_proxy" not in name.lower()}
+
