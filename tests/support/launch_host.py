@@ -90,7 +90,10 @@ def healthy(host: int) -> None:
     # Where does the coordinator listen?
     port = int(os.environ["TUNIX_MCJAX_COORDINATOR"].rsplit(":", 1)[1])
     report["listen"] = _listening_addresses(port)
-  print("REPORT " + json.dumps(report))
+  # One write of a whole line: gloo's C++ threads print to the same stdout
+  # in pieces, and must not land inside it.
+  sys.stdout.flush()
+  os.write(1, ("REPORT " + json.dumps(report) + "\n").encode())
   print(f"to stderr from {host}", file=sys.stderr)
 
 
