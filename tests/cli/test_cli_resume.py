@@ -50,13 +50,13 @@ _BATCH, _STEPS, _EVERY = 4, 4, 2
 _TIMEOUT_S = 900
 
 # Every override of rl_training_config replaces the whole section (a Tunix
-# "replace key"), so each case sets all the keys the check reads.
-_CKPT = "rl_training_config.checkpoint_root_directory=/tmp/unused_ckpt"
-
-
-def _overrides(interval: int, mini_batch: int, iterations: int = 1):
+# "replace key"), so each case sets all the keys the check reads; `root`
+# (None: no checkpoints) is made by the check, so it is the test's tmp_path.
+def _overrides(interval: int, mini_batch: int, iterations: int = 1, *,
+               root: pathlib.Path | None = None):
+  ckpt = (f"rl_training_config.checkpoint_root_directory={root}",)
   return (
-      _CKPT,
+      *(ckpt if root is not None else ()),
       f"rl_training_config.checkpointing_options.save_interval_steps={interval}",
       f"rl_training_config.mini_batch_size={mini_batch}",
       f"rl_training_config.train_micro_batch_size={mini_batch}",
@@ -70,10 +70,11 @@ def _overrides(interval: int, mini_batch: int, iterations: int = 1):
     (1, 2, 1, 4),
 ])
 def test_interval_inside_a_global_step_is_refused(
-    cli, pipeline, interval, mini_batch, iterations, multiple):
+    cli, pipeline, tmp_path, interval, mini_batch, iterations, multiple):
   with pytest.raises(cli.ConfigError, match="cannot run with") as e:
     cli.check_mcjax_config(
-        pipeline(*_overrides(interval, mini_batch, iterations)), num_hosts=2)
+        pipeline(*_overrides(interval, mini_batch, iterations,
+                             root=tmp_path / "ckpt")), num_hosts=2)
   message = str(e.value)
   assert f"save_interval_steps={interval}" in message
   assert f"Use a multiple of {multiple}" in message
@@ -82,16 +83,16 @@ def test_interval_inside_a_global_step_is_refused(
 @pytest.mark.parametrize("interval, mini_batch, iterations", [
     (4, 4, 1), (2, 4, 1), (6, 8, 3), (1, 8, 1),
 ])
-def test_interval_on_global_steps_passes(cli, pipeline, interval, mini_batch,
-                                         iterations):
+def test_interval_on_global_steps_passes(cli, pipeline, tmp_path, interval,
+                                         mini_batch, iterations):
   assert cli.check_mcjax_config(
-      pipeline(*_overrides(interval, mini_batch, iterations)),
+      pipeline(*_overrides(interval, mini_batch, iterations,
+                           root=tmp_path / "ckpt")),
       num_hosts=2) == 2
 
 
 def test_interval_without_checkpoints_is_not_checked(cli, pipeline):
-  overrides = [o for o in _overrides(3, 4) if o != _CKPT]
-  assert cli.check_mcjax_config(pipeline(*overrides), num_hosts=2) == 2
+  assert cli.check_mcjax_config(pipeline(*_overrides(3, 4)), num_hosts=2) == 2
 
 
 def test_corrupt_checkpoint_and_resume_step_are_checked_before_hosts_start(

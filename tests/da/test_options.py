@@ -92,9 +92,9 @@ def test_unsupported_settings_are_refused_before_hosts_start(kwargs, message):
     grpo_job.check_job(cfg, num_hosts=cfg.trainer_hosts, devices_per_host=2)
 
 
-def test_checkpoints_are_accepted_and_fingerprint_the_staleness():
+def test_checkpoints_are_accepted_and_fingerprint_the_staleness(tmp_path):
   cfg = grpo_job.GrpoJobConfig(backend="mcjax_da", batch_size=4,
-                               checkpoint_dir="/tmp/unused_ckpt",
+                               checkpoint_dir=str(tmp_path / "ckpt"),
                                max_staleness=2, is_cap=3.0)
   grpo_job.check_job(cfg, num_hosts=1, devices_per_host=2)
   fingerprint = cfg.checkpoint_fingerprint()
