@@ -290,68 +290,89 @@ def _ray_cluster(cluster: netns_cluster.Cluster, out: pathlib.Path,
     time.sleep(3)
 
 
+def _titles(pids: list[int]) -> list[str]:
+  """The "PID command line" of each process still there."""
+  titles = []
+  for pid in pids:
+    try:
+      raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+      continue
+    title = raw.replace(b"\0", b" ").decode(errors="replace")
+    titles.append(f"{pid} {title[:120]}")
+  return titles
+
+
 def _note_actors(cluster: netns_cluster.Cluster,
                  seen: dict[str, set[str]]) -> None:
   """Adds the DA actor classes (TrainerHost, RolloutHost) whose processes
   run in each host's namespace now to `seen[hostname]`."""
   for host in cluster.hosts:
-    for pid in cluster.pids(host):
-      try:
-        title = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-      except OSError:
-        continue
-      title = title.replace(b"\0", b" ").decode(errors="replace")
+    for title in _titles(cluster.pids(host)):
       for actor in ("TrainerHost", "RolloutHost"):
         if f"ray::{actor}" in title:
           seen.setdefault(host.hostname, set()).add(actor)
 
 
-@contextlib.contextmanager
-def _da_job_on_ray_cluster(out: pathlib.Path, driver: int, *flags: str):
-  """A Ray cluster over the 2 namespaced hosts (`_ray_cluster`: head on host
-  0, token auth) and the DA job's driver started on host `driver` with
-  `--ray_address`, STRICT_SPREAD, `--metrics_out=out/metrics.jsonl` and
-  `flags`; yields (cluster, driver process). Namespaces, processes and
-  Ray's temporary directory are gone afterwards."""
+@dataclasses.dataclass
+class _RayNodes:
+  """The module's Ray cluster over the 2 namespaced hosts."""
+
+  cluster: netns_cluster.Cluster
+  env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def ray_nodes(tmp_path_factory):
+  """One Ray cluster over the 2 namespaced hosts (`_ray_cluster`: head on
+  host 0, token auth) for both DA tests: the equivalence job runs on it,
+  then the head-kill test ends it (it comes last in this module).
+  Namespaces, processes and Ray's temporary directory go at the end."""
   launch_utils.require_markers("multihost", "e2e")
   try:
     cluster = netns_cluster.Cluster.create(HOSTS)
   except netns_cluster.Unavailable as e:
     pytest.skip(str(e))
-  out.mkdir()
   env = _ray_env(secrets.token_hex(32))
   # Short: Ray's AF_UNIX socket paths under it must stay within 107 bytes.
   temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
   with cluster, contextlib.ExitStack() as stack:
     stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
-    _ray_cluster(cluster, out, env, temp_dir)
-    with open(out / "console.txt", "w") as log:
-      job = cluster.start(
-          cluster.hosts[driver],
-          [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
-           f"--ray_address={cluster.hosts[0].address}:{RAY_PORT}",
-           "--ray_placement_strategy=STRICT_SPREAD",
-           f"--metrics_out={out / 'metrics.jsonl'}", *flags],
-          env=env, stdout=log, cwd=launch_utils.REPO_ROOT)
-    yield cluster, job
+    _ray_cluster(cluster, tmp_path_factory.mktemp("ray_nodes"), env,
+                 temp_dir)
+    yield _RayNodes(cluster, env)
   assert cluster.leftovers() == []
 
 
+def _start_da_job(nodes: _RayNodes, out: pathlib.Path, driver: int,
+                  *flags: str) -> subprocess.Popen:
+  """The DA job's driver on host `driver` with `--ray_address`,
+  STRICT_SPREAD, `--metrics_out=out/metrics.jsonl` and `flags`."""
+  out.mkdir()
+  with open(out / "console.txt", "w") as log:
+    return nodes.cluster.start(
+        nodes.cluster.hosts[driver],
+        [sys.executable, str(example_runs.EXAMPLE), *DA_FLAGS,
+         f"--ray_address={nodes.cluster.hosts[0].address}:{RAY_PORT}",
+         "--ray_placement_strategy=STRICT_SPREAD",
+         f"--metrics_out={out / 'metrics.jsonl'}", *flags],
+        env=nodes.env, stdout=log, cwd=launch_utils.REPO_ROOT)
+
+
 def test_da_job_across_namespaced_ray_nodes_equals_the_local_run(
-    tmp_path, shared_runs):
+    tmp_path, ray_nodes, shared_runs):
   """A Ray head (`ray start --head`, token auth) on host 0's address, a
   worker node joining from host 1, the DA job submitted from host 0 with
   `--ray_address` and STRICT_SPREAD: its trainer and rollout host run on
   different namespaced hosts, and it equals the local DA run (own head)."""
   out = tmp_path / "da"
   placed: dict[str, set[str]] = {}
-  with _da_job_on_ray_cluster(out, 0, f"--dump_dir={out}",
-                              "--timeout=500") as (cluster, job):
-    deadline = time.monotonic() + 600
-    while job.poll() is None and time.monotonic() < deadline:
-      _note_actors(cluster, placed)
-      time.sleep(0.5)
-    code = job.poll()
+  job = _start_da_job(ray_nodes, out, 0, f"--dump_dir={out}", "--timeout=500")
+  deadline = time.monotonic() + 600
+  while job.poll() is None and time.monotonic() < deadline:
+    _note_actors(ray_nodes.cluster, placed)
+    time.sleep(0.5)
+  code = job.poll()
   console = (out / "console.txt").read_text()
   assert code == 0, console[-5000:]
   print(f"\n[netns DA] actors by host: {placed}")
@@ -377,20 +398,7 @@ def _job_processes(cluster: netns_cluster.Cluster,
           if "grpo_qwen3.py" in t or "ray::" in t and "Agent" not in t]
 
 
-def _titles(pids: list[int]) -> list[str]:
-  """The "PID command line" of each process still there."""
-  titles = []
-  for pid in pids:
-    try:
-      raw = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-      continue
-    title = raw.replace(b"\0", b" ").decode(errors="replace")
-    titles.append(f"{pid} {title[:120]}")
-  return titles
-
-
-def test_a_killed_ray_head_ends_the_da_job_in_one_line(tmp_path):
+def test_a_killed_ray_head_ends_the_da_job_in_one_line(tmp_path, ray_nodes):
   """Host 0, the Ray head's machine, killed whole (every process in its
   namespace: the head's GCS and raylet, the job's actor there) while the DA
   job trains, its driver on host 1 (a worker node): the driver exits 1 with
@@ -400,40 +408,41 @@ def test_a_killed_ray_head_ends_the_da_job_in_one_line(tmp_path):
   actor ends with the raylet, which Ray stops 60 s after it lost the head),
   and then no process at all: `ray start --block` kills the node's rest,
   and its agents exit once their last report to the lost GCS gave up (seen
-  at about 122 s; allowed up to NODE_LIMIT_S)."""
+  at about 122 s; allowed up to NODE_LIMIT_S). On the equivalence test's
+  cluster, which it ends: it must stay the module's last test."""
   out = tmp_path / "da_head"
   metrics = out / "metrics.jsonl"
-  with _da_job_on_ray_cluster(out, 1, "--steps=500",
-                              "--timeout=900") as (cluster, job):
-    head, driver_host = cluster.hosts
-    gcs = f"{head.address}:{RAY_PORT}"
-    deadline = time.monotonic() + FIRST_STEP_S
-    while not (metrics.exists() and metrics.read_text().strip()):
-      assert job.poll() is None, (out / "console.txt").read_text()[-5000:]
-      assert time.monotonic() < deadline, (
-          f"no step ended in {FIRST_STEP_S} s")
-      time.sleep(0.5)
-    for pid in cluster.pids(head):
-      with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
-    try:
-      code = job.wait(timeout=HEAD_KILL_LIMIT_S)
-    except subprocess.TimeoutExpired:
-      code = None
-    ended = time.monotonic() - killed
+  cluster = ray_nodes.cluster
+  head, driver_host = cluster.hosts
+  gcs = f"{head.address}:{RAY_PORT}"
+  job = _start_da_job(ray_nodes, out, 1, "--steps=500", "--timeout=900")
+  deadline = time.monotonic() + FIRST_STEP_S
+  while not (metrics.exists() and metrics.read_text().strip()):
+    assert job.poll() is None, (out / "console.txt").read_text()[-5000:]
+    assert time.monotonic() < deadline, (
+        f"no step ended in {FIRST_STEP_S} s")
+    time.sleep(0.5)
+  for pid in cluster.pids(head):
+    with contextlib.suppress(ProcessLookupError):
+      os.kill(pid, signal.SIGKILL)
+  killed = time.monotonic()
+  try:
+    code = job.wait(timeout=HEAD_KILL_LIMIT_S)
+  except subprocess.TimeoutExpired:
+    code = None
+  ended = time.monotonic() - killed
+  job_left = _job_processes(cluster, driver_host)
+  while job_left and time.monotonic() < killed + HEAD_KILL_LIMIT_S:
+    time.sleep(1)
     job_left = _job_processes(cluster, driver_host)
-    while job_left and time.monotonic() < killed + HEAD_KILL_LIMIT_S:
-      time.sleep(1)
-      job_left = _job_processes(cluster, driver_host)
-    job_gone = time.monotonic() - killed
-    # The node's own daemons (`ray start`'s raylet and agents) end by Ray's
-    # rules; how long they take is reported.
-    while (cluster.pids(driver_host)
-           and time.monotonic() < killed + NODE_LIMIT_S):
-      time.sleep(1)
-    left = _titles(cluster.pids(driver_host))
-    gone = time.monotonic() - killed
+  job_gone = time.monotonic() - killed
+  # The node's own daemons (`ray start`'s raylet and agents) end by Ray's
+  # rules; how long they take is reported.
+  while (cluster.pids(driver_host)
+         and time.monotonic() < killed + NODE_LIMIT_S):
+    time.sleep(1)
+  left = _titles(cluster.pids(driver_host))
+  gone = time.monotonic() - killed
   console = (out / "console.txt").read_text()
   print(f"\n[netns DA head kill] driver exit {code} after {ended:.1f} s;"
         f" job's processes gone after {job_gone:.1f} s; host 1 empty after"
