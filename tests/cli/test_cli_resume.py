@@ -104,8 +104,7 @@ def test_corrupt_checkpoint_and_resume_step_are_checked_before_hosts_start(
   latest = hand_checkpoints.step_dir(str(root), 4)
   cut = hand_checkpoints.largest_array_file(latest)
   hand_checkpoints.truncate(cut)
-  overrides = (f"rl_training_config.checkpoint_root_directory={root}",
-               *_overrides(2, 4)[1:])
+  overrides = _overrides(2, 4, root=root)
   with pytest.raises(cli.ConfigError) as e:
     cli.check_mcjax_config(pipeline(*overrides), num_hosts=2,
                            sets_aside_later=True)
