@@ -109,13 +109,19 @@ demo-da: $(STAMP)
 # `make test` also records per-test and per-process statistics (JUnit XML
 # and one JSON per JAX process, tests/support/suite_stats.py) under
 # $(STATS); `make test-timings` renders them into docs/testing.md. The two
-# groups run one after the other: side by side they were slower on 2 cores
-# and one group's Ray processes failed the other's leak checks
-# (docs/testing.md).
+# environments' groups run one after the other: side by side they were
+# slower on 2 cores (docs/testing.md). tests/cluster (namespaced machines,
+# mostly waiting out the limits under test) runs beside the main group
+# (scripts/run_beside.py); its output follows the main group's.
 STATS := runs/test-stats
+PYTEST_ARGS := -q -p no:cacheprovider
 test: $(STAMP)
 	rm -rf $(STATS) && mkdir -p $(STATS)
-	$(call pytest,TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY),tests -m "not vllm" --durations=15 --junitxml=$(STATS)/main.xml)
+	$(PY) scripts/run_beside.py $(STATS)/cluster.log \
+	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/cluster $(PY) -m pytest tests/cluster -m "not vllm" \
+	    --durations=5 --junitxml=$(STATS)/cluster.xml $(PYTEST_ARGS) ::: \
+	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY) -m pytest tests -m "not vllm" \
+	    --ignore=tests/cluster --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-maxtext-vllm \
 	  MXV_PYTEST_ARGS="--junitxml=$(STATS)/mxv.xml" \
 	  MXV_STATS_ENV="TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv"
@@ -123,7 +129,8 @@ test: $(STAMP)
 # Every test, then docs/testing.md's measured part from that run.
 test-timings: test
 	$(PY) scripts/test_timings.py --junit main=$(STATS)/main.xml \
-	  --stats main=$(STATS)/main --junit mxv=$(STATS)/mxv.xml \
+	  --stats main=$(STATS)/main --junit cluster=$(STATS)/cluster.xml \
+	  --stats cluster=$(STATS)/cluster --junit mxv=$(STATS)/mxv.xml \
 	  --stats mxv=$(STATS)/mxv --out docs/testing.md
 
 test-fast: $(STAMP)

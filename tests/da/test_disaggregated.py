@@ -163,7 +163,8 @@ def _actor_pids(actor_class: str) -> list[int]:
   pids = []
   for proc in psutil.process_iter(["pid", "cmdline"]):
     cmdline = " ".join(proc.info["cmdline"] or ())
-    if cmdline.startswith(f"ray::{actor_class}"):
+    if (cmdline.startswith(f"ray::{actor_class}")
+        and launch_utils.in_this_network_namespace(proc.info["pid"])):
       pids.append(proc.info["pid"])
   return sorted(pids)
 
@@ -372,5 +373,6 @@ def test_no_ray_process_outlives_the_jobs(da_runs):
   left = [p.info for p in psutil.process_iter(["pid", "cmdline"])
           if any(part.startswith("ray::") or "raylet" in part
                  or "gcs_server" in part
-                 for part in (p.info["cmdline"] or ()))]
+                 for part in (p.info["cmdline"] or ()))
+          and launch_utils.in_this_network_namespace(p.info["pid"])]
   assert not left, left

@@ -279,6 +279,21 @@ def steps_done(metrics: pathlib.Path) -> int:
   return max(steps, default=0)
 
 
+def in_this_network_namespace(pid: int) -> bool:
+  """Whether `pid` shares this process's network namespace.
+
+  `make test` runs tests/cluster (machines in namespaces of their own, with
+  Ray nodes and jobs) beside the main group: a check for leftover processes
+  looks only at this machine's, where a leak of its own jobs would be. A
+  process whose namespace cannot be read counts as this machine's.
+  """
+  try:
+    return (os.readlink(f"/proc/{pid}/ns/net")
+            == os.readlink("/proc/self/ns/net"))
+  except OSError:
+    return True
+
+
 def descendants(pid: int) -> list[int]:
   """Every live process below `pid` (a launcher's hosts and their workers)."""
   children = _children_by_parent()
