@@ -110,14 +110,18 @@ demo-da: $(STAMP)
 # and one JSON per JAX process, tests/support/suite_stats.py) under
 # $(STATS); `make test-timings` renders them into docs/testing.md. The two
 # environments' groups run one after the other: side by side they were
-# slower on 2 cores (docs/testing.md). tests/cluster (namespaced machines,
-# mostly waiting out the limits under test) runs beside the main group
-# (scripts/run_beside.py); its output follows the main group's.
+# slower on 2 cores (docs/testing.md). Beside the main group
+# (scripts/run_beside.py; their output follows the main group's):
+# .venv-maxtext-vllm's build, then tests/cluster (namespaced machines,
+# mostly waiting out the limits under test).
 STATS := runs/test-stats
 PYTEST_ARGS := -q -p no:cacheprovider
+# Not written as $(MAKE) in the recipe, which `make -n test` would run.
+SUBMAKE = $(MAKE)
 test: $(STAMP)
 	rm -rf $(STATS) && mkdir -p $(STATS)
-	$(PY) scripts/run_beside.py $(STATS)/cluster.log \
+	$(PY) scripts/run_beside.py $(STATS)/beside.log \
+	  $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
 	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/cluster $(PY) -m pytest tests/cluster -m "not vllm" \
 	    --durations=5 --junitxml=$(STATS)/cluster.xml $(PYTEST_ARGS) ::: \
 	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY) -m pytest tests -m "not vllm" \

@@ -12,25 +12,29 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Runs one command beside another; the second's output follows the first's.
+"""Runs commands beside another; their output follows the other's.
 
-  python scripts/run_beside.py LOG BESIDE_CMD... ::: MAIN_CMD...
+  python scripts/run_beside.py LOG BESIDE_1... [:: BESIDE_2... ...] ::: MAIN...
 
-`make test` runs tests/cluster (namespaced machines that mostly wait out the
-limits under test) beside the main group this way. MAIN_CMD writes to the
-terminal as it goes; BESIDE_CMD's output goes to LOG and is printed once
-both have ended. Exit status: MAIN_CMD's if non-zero, else BESIDE_CMD's;
-pytest's "collected no tests" (5) counts as a failure. Both children stay
-in this process group with SIGINT at its default, so Ctrl-C reaches both
-and each runs its teardown (a shell's `&` would start the second with
-SIGINT ignored).
+`make test` builds `.venv-maxtext-vllm` and runs tests/cluster (namespaced
+machines that mostly wait out the limits under test) beside the main group
+this way. MAIN writes to the terminal as it goes; the BESIDE commands run
+one after the other (each whatever the one before returned), their output
+going to LOG, which is printed once everything has ended. Exit status:
+MAIN's if non-zero, else the first non-zero BESIDE's; pytest's "collected
+no tests" (5) counts as a failure. Every child stays in this process group
+with SIGINT at its default, so Ctrl-C reaches them and each runs its
+teardown (a shell's `&` would start them with SIGINT ignored); no BESIDE
+command starts after a Ctrl-C.
 """
 
 import pathlib
 import subprocess
 import sys
+import threading
 
-_SEPARATOR = ":::"
+_MAIN = ":::"
+_NEXT = "::"
 
 
 def _status(name: str, code: int) -> int:
@@ -40,38 +44,71 @@ def _status(name: str, code: int) -> int:
   return code
 
 
-def _wait(proc: subprocess.Popen) -> int:
+def _wait(proc: subprocess.Popen, interrupted: threading.Event) -> int:
   """`proc`'s exit status; Ctrl-C reached it too, so wait for its
   teardown rather than kill it."""
   while True:
     try:
       return proc.wait()
     except KeyboardInterrupt:
-      continue
+      interrupted.set()
+
+
+def _split(args: list[str]) -> list[list[str]]:
+  commands = [[]]
+  for arg in args:
+    if arg == _NEXT:
+      commands.append([])
+    else:
+      commands[-1].append(arg)
+  return commands
 
 
 def main(argv: list[str]) -> int:
-  if len(argv) < 4 or _SEPARATOR not in argv[2:]:
+  if len(argv) < 4 or _MAIN not in argv[2:]:
     print(__doc__, file=sys.stderr)
     return 2
   log = pathlib.Path(argv[1])
-  cut = argv.index(_SEPARATOR, 2)
-  beside_cmd, main_cmd = argv[2:cut], argv[cut + 1:]
-  if not beside_cmd or not main_cmd:
+  cut = argv.index(_MAIN, 2)
+  beside, main_cmd = _split(argv[2:cut]), argv[cut + 1:]
+  if not all(beside) or not main_cmd:
     print(__doc__, file=sys.stderr)
     return 2
   log.parent.mkdir(parents=True, exist_ok=True)
-  print(f">> beside this run: {' '.join(beside_cmd)} (output: {log}, shown"
-        " at the end)", flush=True)
+  names = [" ".join(c) for c in beside]
+  print(f">> beside this run, one after the other: {'; '.join(names)}"
+        f" (output: {log}, shown at the end)", flush=True)
+  interrupted = threading.Event()
+  codes: list[int] = []
   with open(log, "w") as out:
-    beside = subprocess.Popen(beside_cmd, stdout=out, stderr=subprocess.STDOUT)
-    main_code = _wait(subprocess.Popen(main_cmd))
-    beside_code = _wait(beside)
-  print(f"\n>> {' '.join(beside_cmd)} (ran beside the above):", flush=True)
+
+    def run_beside() -> None:
+      for cmd in beside:
+        if interrupted.is_set():
+          return
+        out.write(f">> {' '.join(cmd)}\n")
+        out.flush()
+        codes.append(_wait(
+            subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT),
+            interrupted))
+
+    thread = threading.Thread(target=run_beside, daemon=True)
+    thread.start()
+    main_code = _wait(subprocess.Popen(main_cmd), interrupted)
+    while thread.is_alive():
+      try:
+        thread.join()
+      except KeyboardInterrupt:
+        interrupted.set()
+  print("\n>> ran beside the above:", flush=True)
   sys.stdout.write(log.read_text())
   sys.stdout.flush()
-  return (_status("main", main_code)
-          or _status(" ".join(beside_cmd[:3]), beside_code))
+  for name, code in [("main", main_code), *zip(names, codes)]:
+    status = _status(name, code)
+    if status:
+      return status
+  # Only a Ctrl-C leaves commands unstarted.
+  return 1 if len(codes) < len(beside) else 0
 
 
 if __name__ == "__main__":

@@ -27,10 +27,13 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / (
     "run_beside.py")
 
 
-def _run(tmp_path, beside: str, main: str) -> subprocess.CompletedProcess:
+def _run(tmp_path, beside: str, main: str, *more: str
+         ) -> subprocess.CompletedProcess:
+  """`more`: further commands to run beside, after `beside`."""
+  then = [a for cmd in more for a in ("::", "sh", "-c", cmd)]
   return subprocess.run(
       [sys.executable, str(SCRIPT), str(tmp_path / "beside.log"),
-       "sh", "-c", beside, ":::", "sh", "-c", main],
+       "sh", "-c", beside, *then, ":::", "sh", "-c", main],
       capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -45,6 +48,16 @@ def test_the_second_runs_while_the_first_does_and_its_output_follows(
   lines = proc.stdout.splitlines()
   assert "from-main" in lines and "from-beside" in lines, proc.stdout
   assert lines.index("from-main") < lines.index("from-beside"), proc.stdout
+
+
+def test_commands_beside_run_in_order_each_whatever_the_last_returned(
+    tmp_path):
+  proc = _run(tmp_path, "echo one; exit 4", "echo main", "echo two",
+              "echo three")
+  assert proc.returncode == 4, (proc.stdout, proc.stderr)
+  lines = proc.stdout.splitlines()
+  assert [l for l in lines if l in ("one", "two", "three")] == [
+      "one", "two", "three"], proc.stdout
 
 
 @pytest.mark.parametrize(
