@@ -14,16 +14,22 @@
 
 """Tunix's GRPO CLI under `--backend=mcjax_da`: hosts from the role meshes.
 
-End to end (one module fixture, two runs): a stock-style disaggregated
+End to end (one module fixture, three runs): a stock-style disaggregated
 config (Tunix's disagg recipes: the actor and the rollout with meshes of
-their own, the reference `same_mesh_as: actor`) with the actor mesh (2,1)
-and the rollout mesh (2,2), 2 devices per host -> 1 trainer host and 2
-rollout hosts, `--max_staleness=0`, 2 steps of a tiny local Qwen3
-checkpoint; and the same config colocated (`rollout_model_config.same_mesh_as
-=actor`) under `--backend=mcjax` on 1 host x 2 devices. Same seed and data:
-every completion and reward identical, losses, grad norms and the final
-parameters (`--params_out`) within 1e-6; KL on (beta 0.08), so the
-reference, which runs with the actor, enters the losses.
+their own, the reference `same_mesh_as: actor`, rollout and training
+micro-batches of their own sizes) with the actor mesh (2,1) and the rollout
+mesh (2,2), 2 devices per host -> 1 trainer host and 2 rollout hosts,
+`--max_staleness=0`, 2 steps of a tiny local Qwen3 checkpoint; and the same
+config colocated (`rollout_model_config.same_mesh_as=actor`) under
+`--backend=mcjax` on 1 host x 2 devices. Batches of 4 prompts train in
+micro-batches of 1 prompt (gradient accumulation) and generate in rollout
+micro-batches of 2 (as Tunix's learner does: two training micro-batches
+merged per generate call, each call's rows split over two updates'
+micro-batches). Same seed and data: every completion and reward identical,
+losses, grad norms and the final parameters (`--params_out`) within 1e-6;
+KL on (beta 0.08), so the reference, which runs with the actor, enters the
+losses. The third run is the DA one at `--max_staleness=1`: batch 2 is
+generated ahead, in the learner's calls, while step 1 trains.
 
 In process (no hosts): the mapping's arithmetic (`map_hosts`), and every
 config the mapping refuses, each with the fix in its message; one
@@ -47,6 +53,9 @@ GSM8K_TRAIN = (launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
                / "train.jsonl")
 REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
 BATCH, STEPS, GENERATIONS = 4, 2, 2
+# Prompts per training micro-batch and per rollout micro-batch.
+MICRO = ("rl_training_config.train_micro_batch_size=1",
+         "rl_training_config.rollout_micro_batch_size=2")
 
 # The roles' meshes of a stock disaggregated recipe (Tunix's
 # run_qwen3_vllm_disagg.sh: actor and rollout meshes of their own).
@@ -125,11 +134,16 @@ def da_runs(da_inputs, base_config, tmp_path_factory):
   tmp = tmp_path_factory.mktemp("cli_da_runs")
   return {
       "mcjax": _cli_run(da_inputs, base_config, tmp / "mcjax",
-                        *ACTOR_MESH, *ROLLOUT_WITH_ACTOR, "--backend=mcjax",
-                        "--num_hosts=1", "--devices_per_host=2"),
+                        *ACTOR_MESH, *ROLLOUT_WITH_ACTOR, *MICRO,
+                        "--backend=mcjax", "--num_hosts=1",
+                        "--devices_per_host=2"),
       "da": _cli_run(da_inputs, base_config, tmp / "da",
-                     *ACTOR_MESH, *ROLLOUT_MESH, "--backend=mcjax_da",
+                     *ACTOR_MESH, *ROLLOUT_MESH, *MICRO, "--backend=mcjax_da",
                      "--devices_per_host=2", "--max_staleness=0"),
+      "da_k1": _cli_run(da_inputs, base_config, tmp / "da_k1",
+                        *ACTOR_MESH, *ROLLOUT_MESH, *MICRO,
+                        "--backend=mcjax_da", "--devices_per_host=2",
+                        "--max_staleness=1"),
   }
 
 
@@ -162,7 +176,10 @@ def test_cli_maps_role_meshes_onto_hosts(da_runs):
 def test_cli_da_equals_colocated_mcjax(da_runs):
   (ref, _), (got, _) = da_runs["mcjax"], da_runs["da"]
   a, b = _calls(ref), _calls(got)
-  assert len(a) == len(b) == STEPS
+  # One reward call per merge of two training micro-batches (here one
+  # generate call of 2 prompts x G): two per step.
+  assert len(a) == len(b) == 2 * STEPS
+  assert [len(c["completions"]) for c in a] == [2 * GENERATIONS] * 4
   assert a == b  # Prompts, completions and rewards, in order.
   assert len(set(a[0]["completions"])) > 1
   ra, rb = _records(ref), _records(got)
@@ -178,6 +195,25 @@ def test_cli_da_equals_colocated_mcjax(da_runs):
   for name in pa.files:
     np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
                                err_msg=name)
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_cli_da_generates_ahead_in_the_learners_calls(da_runs):
+  # At staleness 1 the trainer host prefetches batch 2 in the calls Tunix's
+  # learner will make (two of 2 prompts x G); a call the learner makes
+  # otherwise would end the job (remote_engine's check).
+  (ref, _), (got, _) = da_runs["mcjax"], da_runs["da_k1"]
+  records = _records(got)
+  assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+  # Step 1 on policy; step 2's batch one version old.
+  assert [r["staleness"] for r in records] == [0, 1]
+  a, b = _calls(ref), _calls(got)
+  assert len(b) == 2 * STEPS
+  # Batch 1 comes from the initial policy either way; batch 2's prompts are
+  # the same, generated from policy version 0 instead of 1.
+  assert b[:2] == a[:2]
+  assert [c["prompts"] for c in b[2:]] == [c["prompts"] for c in a[2:]]
 
 
 # --- in process: the mapping and its refusals -----------------------------------
