@@ -112,20 +112,22 @@ demo-da: $(STAMP)
 # environments' groups run one after the other: side by side they were
 # slower on 2 cores (docs/testing.md). Beside the main group
 # (scripts/run_beside.py; their output follows the main group's):
-# .venv-maxtext-vllm's build, then tests/cluster (namespaced machines,
-# mostly waiting out the limits under test).
+# .venv-maxtext-vllm's build, then the fault modules that mostly wait out
+# the limits they test (BESIDE_TESTS: namespaced machines, the step
+# watchdog).
 STATS := runs/test-stats
 PYTEST_ARGS := -q -p no:cacheprovider
+BESIDE_TESTS := tests/cluster tests/test_faults.py
 # Not written as $(MAKE) in the recipe, which `make -n test` would run.
 SUBMAKE = $(MAKE)
 test: $(STAMP)
 	rm -rf $(STATS) && mkdir -p $(STATS)
 	$(PY) scripts/run_beside.py $(STATS)/beside.log \
 	  $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
-	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/cluster $(PY) -m pytest tests/cluster -m "not vllm" \
-	    --durations=5 --junitxml=$(STATS)/cluster.xml $(PYTEST_ARGS) ::: \
+	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/beside $(PY) -m pytest $(BESIDE_TESTS) -m "not vllm" \
+	    --durations=5 --junitxml=$(STATS)/beside.xml $(PYTEST_ARGS) ::: \
 	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY) -m pytest tests -m "not vllm" \
-	    --ignore=tests/cluster --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
+	    $(addprefix --ignore=,$(BESIDE_TESTS)) --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-maxtext-vllm \
 	  MXV_PYTEST_ARGS="--junitxml=$(STATS)/mxv.xml" \
 	  MXV_STATS_ENV="TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv"
@@ -133,8 +135,8 @@ test: $(STAMP)
 # Every test, then docs/testing.md's measured part from that run.
 test-timings: test
 	$(PY) scripts/test_timings.py --junit main=$(STATS)/main.xml \
-	  --stats main=$(STATS)/main --junit cluster=$(STATS)/cluster.xml \
-	  --stats cluster=$(STATS)/cluster --junit mxv=$(STATS)/mxv.xml \
+	  --stats main=$(STATS)/main --junit beside=$(STATS)/beside.xml \
+	  --stats beside=$(STATS)/beside --junit mxv=$(STATS)/mxv.xml \
 	  --stats mxv=$(STATS)/mxv --out docs/testing.md
 
 test-fast: $(STAMP)
