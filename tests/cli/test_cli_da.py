@@ -321,11 +321,6 @@ def test_stock_disagg_config_maps(da_pipeline, da_lib):
     # support.disaggregated's rules.
     (("grpo_config.num_iterations=2",), {}, 2,
      ["--backend=mcjax_da needs --num_iterations=1"]),
-    (("rl_training_config.mini_batch_size=2",
-      "rl_training_config.train_micro_batch_size=2",
-      "rl_training_config.actor_optimizer_config.opt_type=sgd",
-      "rl_training_config.actor_optimizer_config.learning_rate=0.1"), {}, 2,
-     ["makes one optimizer update per batch"]),
     # The trainer hosts' own (mcjax) rules, on T hosts.
     (("batch_size=3",), dict(trainer_hosts=2), None,
      ["batch_size=3 is global and must divide"]),

@@ -33,6 +33,12 @@ DA runs shared by every check here (module fixture):
   weight is 1. It runs on an "existing" Ray cluster (`--ray_address`): a
   loopback-only Ray head that a separate process started before the job
   and stops after it; the job leaves it running, without its actors.
+- "mini": `--max_staleness=0` with `example_runs.THREE_HOST_FLAGS`
+  (LoRA; batch 12, two optimizer updates per batch of 6 prompts, each
+  accumulated over 2 micro-batches of 3), 1 trainer host x 2 devices:
+  equal to the stock Tunix run of those flags on 1 process x 2 devices
+  that the session's `three_host_runs` makes anyway (the same trainer
+  mesh): completions, rewards, losses and parameters within 1e-6.
 - "killed": "k1" again (without the guard), with one rollout host
   SIGKILLed after step 1: Ray restarts it (rebuilding the base model, then
   getting the adapters of the version its request needs), and the run
@@ -89,6 +95,9 @@ def da_runs_fixture(tmp_path_factory, shared_runs):
       "k1": shared_runs.example(*lora_flags, GUARDED),
       # Two trainer hosts (one JAX program over both, a rollout host each),
       # on a Ray cluster the job did not start.
+      "mini": shared_runs.example(
+          *example_runs.THREE_HOST_FLAGS, *DA_FLAGS, "--devices_per_host=2",
+          "--max_staleness=0"),
       "k1_lr0": _run_on_existing_cluster(
           tmp / "k1_lr0", *k1_flags, "--learning_rate=0",
           "--trainer_hosts=2", "--devices_per_host=1"),
@@ -238,6 +247,21 @@ def test_synchronous_equals_colocated(da_runs, equivalence_runs):
   assert _eval_calls(da) == _eval_calls(colocated)
   example_runs.assert_same_losses_and_parameters(colocated, da)
   example_runs.assert_parameters_moved(da)
+
+
+def test_several_updates_per_batch_equal_stock(da_runs, three_host_runs):
+  # Two optimizer updates per batch, both from the batch generated with the
+  # policy published before it (as the stock learner samples), weights
+  # published once per batch.
+  stock, da = three_host_runs["tunix"], da_runs["mini"]
+  # One reward call per micro-batch of 3 prompts.
+  example_runs.assert_same_rollouts_and_rewards(
+      stock, da, calls=2 * example_runs.THREE_HOST_CALLS_PER_STEP, group=2)
+  example_runs.assert_same_losses_and_parameters(stock, da)
+  example_runs.assert_parameters_moved(da)
+  records = _records(da)
+  assert [r["staleness"] for r in records] == [0] * len(records)
+  assert [r["policy_version"] for r in records] == list(range(len(records)))
 
 
 def test_synchronous_records(da_runs):

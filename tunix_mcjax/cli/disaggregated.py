@@ -225,7 +225,6 @@ def _disaggregated_rule_problems(pipeline: Any, *, engine: str,
   return [p.message for p in disaggregated.disaggregated_job(
       engine=engine,
       batch_size=int(config.get("batch_size") or 1),
-      mini_batch_size=training.get("mini_batch_size"),
       num_iterations=int(grpo.get("num_iterations", 1)),
       max_seq_token_per_tpu=training.get("max_seq_token_per_tpu"),
       trainer_hosts=trainer_hosts,

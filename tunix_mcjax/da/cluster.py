@@ -26,13 +26,13 @@ publication: one all-gather into each trainer host, one put into Ray's
 object store, installed by its rollout hosts before their next generation.
 
 What the schedule supports today (refused before hosts start otherwise,
-`rules.disaggregated`): one optimizer update per batch (mini-batch =
-batch, num_iterations 1; micro-batches below it accumulate gradients),
-Tunix trainers, no sequence packing yet. The rollout and log-prob
-micro-batches are independent of the training micro-batch, as in Tunix:
-the learner generates in the calls `learner_generate_calls` predicts, and
-each training micro-batch takes its rows from those calls' results in
-order, all of one policy version.
+`rules.disaggregated`): num_iterations 1, one or several optimizer
+updates per batch (mini-batches; micro-batches below them accumulate
+gradients; the weights are published once per batch), no sequence packing
+yet. The rollout and log-prob micro-batches are independent of the
+training micro-batch, as in Tunix: the learner generates in the calls
+`learner_generate_calls` predicts, and each training micro-batch takes its
+rows from those calls' results in order, all of one policy version.
 
 Checkpoint and resume are the colocated backend's (`checkpointing`: the
 trainer hosts save; rollout hosts hold nothing worth saving). Policy

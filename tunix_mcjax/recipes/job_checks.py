@@ -146,7 +146,6 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
 
     problems.extend(p.message for p in disaggregated.disaggregated_job(
         engine=cfg.engine, batch_size=cfg.batch_size,
-        mini_batch_size=cfg.mini_batch_size,
         num_iterations=cfg.num_iterations,
         max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
         trainer_hosts=cfg.trainer_hosts))

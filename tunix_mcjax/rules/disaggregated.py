@@ -32,7 +32,6 @@ def disaggregated_job(
     *,
     engine: str,
     batch_size: int,
-    mini_batch_size: int | None,
     num_iterations: int,
     max_seq_token_per_tpu: int | None,
     trainer_hosts: int,
@@ -42,21 +41,16 @@ def disaggregated_job(
   Whatever the colocated backend accepts and is not named here works under
   mcjax_da too: Tunix and MaxText trainers (MaxText maps its parameters into
   the engines' Tunix layout before publishing, as under mcjax), checkpoint
-  and resume, gradient accumulation over micro-batches.
+  and resume, gradient accumulation over micro-batches, several optimizer
+  updates per batch (mini-batches: the batch's rows all come from the
+  policy published before it, as under the colocated backends; weights are
+  published once per batch).
   """
   problems = []
   if engine not in ROLLOUT_ENGINES:
     problems.append(Problem(message=(
         f"--backend=mcjax_da rollout hosts run {list(ROLLOUT_ENGINES)} for"
         f" now; got --engine={engine}.")))
-  # Micro-batches (gradient accumulation) keep one update per batch: every
-  # micro-batch of a batch is sampled with one policy version.
-  if mini_batch_size not in (None, batch_size):
-    problems.append(Problem(message=(
-        "--backend=mcjax_da makes one optimizer update per batch for now"
-        " (each batch's policy version is checked against one update):"
-        f" set --mini_batch_size={batch_size} (or leave it unset);"
-        " --micro_batch_size below it accumulates gradients.")))
   if num_iterations != 1:
     problems.append(Problem(message=(
         f"--backend=mcjax_da needs --num_iterations=1 for now, got"
