@@ -107,18 +107,12 @@ def equivalence_runs(shared_runs):
   """
   import example_runs  # pylint: disable=g-import-not-at-top
 
-  flags = (*example_runs.EQUIVALENCE_FLAGS, *example_runs.EVAL_FLAGS)
-  return {
-      "tunix": shared_runs.example(
-          *flags, "--backend=tunix", "--num_hosts=2", "--devices_per_host=2"),
-      # Under the transfer guard: step 2 of the backend makes no implicit
-      # host-to-device transfer (tunix_mcjax/transfers.py), evaluation on.
-      "mcjax2": shared_runs.example(
-          *flags, "--backend=mcjax", "--num_hosts=2", "--devices_per_host=2",
-          "--transfer_guard=disallow"),
-      "mcjax1": shared_runs.example(
-          *flags, "--backend=mcjax", "--num_hosts=1", "--devices_per_host=4"),
-  }
+  # "mcjax2" runs under the transfer guard: step 2 of the backend makes no
+  # implicit host-to-device transfer (tunix_mcjax/transfers.py), evaluation
+  # on. The flags are example_runs.EQUIVALENCE_RUNS', which other tests
+  # (e.g. tests/engines/test_engine_tp.py) ask for run by run.
+  return {name: shared_runs.example(*flags)
+          for name, flags in example_runs.EQUIVALENCE_RUNS.items()}
 
 
 def _stock_and_mcjax(shared_runs, flags, stock_hosts, mcjax_hosts):

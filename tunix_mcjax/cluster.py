@@ -129,10 +129,13 @@ class McJaxRLCluster(compat.RLCluster):
     self._check_supported(actor, critic, reward, cluster_config)
     self.global_mesh = cluster_config.role_to_mesh[Role.ACTOR]
     spec = self.options.engine_model
+    # The host's engine mesh: data parallelism over its first axes, engine
+    # tensor parallelism (McJaxOptions.engine_tp) over its last.
     self.local_mesh = runtime.local_mesh(
         axis_names=(
             self.global_mesh.axis_names if spec is None else spec.axis_names
-        )
+        ),
+        tp=self.options.engine_tp,
     )
     # Admission writes each batch here; the engine takes the rows'
     # identities from it (`row_ids`), and each step end closes one batch.
@@ -156,6 +159,10 @@ class McJaxRLCluster(compat.RLCluster):
 
     engine_name = cluster_options.engine_name(
         self.options, cluster_config.rollout_engine, ENGINES.names())
+    rules.raise_first(rules.engine_tp(
+        self.options.engine_tp, backend=self.backend_name, engine=engine_name,
+        trainer="tunix" if spec is None else "maxtext",
+        flag="McJaxOptions.engine_tp"))
     # A LoRA actor trains and publishes only its adapters (as stock Tunix's
     # sync_weights filters by nnx.LoRAParam); its engine must take them.
     lora_enabled = sft_utils.is_lora_enabled(actor)

@@ -73,6 +73,10 @@ class McJaxOptions:
     step_timeout_s: the most the time between two step ends may be on a
       host once its first step has ended (`step_watchdog`); then the host
       stops, naming the step and phase. None: no watchdog.
+    engine_tp: devices per engine replica on each host (tensor
+      parallelism): the host's devices form a (per_host // engine_tp,
+      engine_tp) engine mesh, data-parallel over its first axis
+      (`runtime.local_mesh(tp=...)`); must divide the devices per host.
   """
 
   engine: str | None = None
@@ -90,8 +94,14 @@ class McJaxOptions:
   packing_timeout_s: float = packing.DEFAULT_AGREEMENT_TIMEOUT_S
   transfer_guard: str = "allow"
   step_timeout_s: float | None = step_watchdog.DEFAULT_STEP_TIMEOUT_S
+  engine_tp: int = 1
 
   def __post_init__(self):
+    if (not isinstance(self.engine_tp, int) or isinstance(self.engine_tp, bool)
+        or self.engine_tp < 1):
+      raise ValueError(
+          f"engine_tp must be an integer >= 1 (devices per engine replica),"
+          f" got {self.engine_tp!r}.")
     transfers.check_level(self.transfer_guard)
     step_watchdog.check_timeout(self.step_timeout_s)
     if not self.packing_timeout_s > 0:

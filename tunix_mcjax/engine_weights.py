@@ -52,7 +52,7 @@ def initial_model(actor: nnx.Module,
         spec, nnx.state(actor, nnx.Param), local_mesh, dtype)
   graphdef, full_state = nnx.split(actor)
   publisher = publication.Publisher(
-      dst=publication.replicated_like(full_state, local_mesh, dtype),
+      dst=publication.engine_layout_like(full_state, local_mesh, dtype),
       local_mesh=local_mesh,
   )
   return nnx.merge(graphdef, publisher(full_state))

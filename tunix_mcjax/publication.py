@@ -301,13 +301,32 @@ def replicated_like(tree: PyTree, mesh: Mesh, dtype: Any = None) -> PyTree:
   )
 
 
+def engine_layout_like(tree: PyTree, mesh: Mesh, dtype: Any = None) -> PyTree:
+  """Abstract copy of a model state in the native engine's layout on `mesh`.
+
+  Split over the engine's tp axis as the state's annotations say, replicated
+  over its data axes (`engines.base.param_shardings`); with engine tp 1 the
+  same as `replicated_like`.
+  """
+  from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
+
+  return jax.tree.map(
+      lambda x, sharding: jax.ShapeDtypeStruct(
+          x.shape, dtype or x.dtype, sharding=sharding
+      ),
+      tree,
+      engine_base.param_shardings(tree, mesh),
+  )
+
+
 def build_engine_model(
     spec: Any, actor_params: PyTree, local_mesh: Mesh, dtype: Any = None
 ) -> Any:
   """The engine's model of `spec`, holding the actor's parameters.
 
   The parameters arrive through a `Publisher` (the same program as every
-  later publication), replicated on `local_mesh`; call on every host.
+  later publication), in the engine layout on `local_mesh`
+  (`engine_layout_like`); call on every host.
 
   Args:
     spec: an `engines.base.EngineModelSpec`.
@@ -323,7 +342,7 @@ def build_engine_model(
   abstract = nnx.eval_shape(spec.create)
   graphdef, state = nnx.split(abstract)
   publisher = Publisher(
-      dst=replicated_like(state, local_mesh, dtype),
+      dst=engine_layout_like(state, local_mesh, dtype),
       local_mesh=local_mesh,
       mapping=spec.mapping,
   )

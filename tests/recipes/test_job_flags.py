@@ -58,7 +58,7 @@ SHARED = {
     "freeze_gc", "balance_admission", "publish_in_one_call", "mesh",
     "transfer_guard", "reward_workers", "reward_timeout_s", "step_timeout_s",
     "heartbeat_timeout_s", "trainer_hosts",
-    "rollout_hosts", "max_staleness", "is_cap", "resume_step",
+    "rollout_hosts", "max_staleness", "is_cap", "resume_step", "engine_tp",
 }
 # The CLI's config defaults these otherwise (from Tunix's config: the stock
 # backend, `rollout_engine`, the actor mesh, the meshes' host counts).

@@ -38,6 +38,18 @@ EQUIVALENCE_FLAGS = (
 )
 # An evaluation pass before every step (tests/test_eval_equivalence.py).
 EVAL_FLAGS = ("--eval_every=1", "--eval_batches=1")
+# The core equivalence runs (conftest `equivalence_runs`), by name: stock
+# Tunix (1 process x 4 devices), mcjax on 2 hosts x 2 devices (under the
+# transfer guard) and on 1 host x 4 devices.
+EQUIVALENCE_RUNS = {
+    "tunix": (*EQUIVALENCE_FLAGS, *EVAL_FLAGS, "--backend=tunix",
+              "--num_hosts=2", "--devices_per_host=2"),
+    "mcjax2": (*EQUIVALENCE_FLAGS, *EVAL_FLAGS, "--backend=mcjax",
+               "--num_hosts=2", "--devices_per_host=2",
+               "--transfer_guard=disallow"),
+    "mcjax1": (*EQUIVALENCE_FLAGS, *EVAL_FLAGS, "--backend=mcjax",
+               "--num_hosts=1", "--devices_per_host=4"),
+}
 # LoRA rank 4 on all seven projections (the example's default modules).
 LORA_FLAGS = ("--lora_rank=4", "--lora_alpha=8")
 # The 3-host run shared by tests/test_lora.py, tests/test_hsdp.py and

@@ -66,6 +66,7 @@ SIMULATE = shared_flags.define(shared_flags.SIMULATE)
 TIMEOUT = shared_flags.define(shared_flags.TIMEOUT)
 METRICS_OUT = _job_flag("metrics_out")
 TRANSFER_GUARD = _job_flag("transfer_guard")
+ENGINE_TP = _job_flag("engine_tp")
 REWARD_WORKERS = _job_flag("reward_workers")
 REWARD_TIMEOUT_S = _job_flag("reward_timeout_s")
 STEP_TIMEOUT_S = _job_flag("step_timeout_s")
@@ -160,4 +161,5 @@ def options_from_flags() -> CliOptions:
       transfer_guard=TRANSFER_GUARD.value,
       step_timeout_s=STEP_TIMEOUT_S.value,
       heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S.value,
+      engine_tp=ENGINE_TP.value,
   )

@@ -118,6 +118,17 @@ def check_mcjax_config(
   )
   problems = [*unreadable, *check.problems,
               *data.missing_local_inputs(pipeline.config)]
+  engine_tp = pipeline.options.engine_tp
+  if engine_tp != 1:
+    # The engine the config's rollout_engine names (any vLLM name is not
+    # native, whatever the platform), and the devices per host.
+    tp_problem = rules.engine_tp(
+        engine_tp, backend=pipeline.options.backend,
+        engine=rules.selected_engine(pipeline.options.engine,
+                                     pipeline.config),
+        devices_per_host=check.devices_per_host)
+    if tp_problem is not None:
+      problems.append(tp_problem.message)
   root = pipeline.checkpoint_root()
   resume_step = pipeline.options.resume_step
   if root is None and resume_step is not None:

@@ -85,6 +85,8 @@ class CliOptions:
       its first may take before the host stops (`tunix_mcjax.step_watchdog`).
     heartbeat_timeout_s: mcjax and mcjax_da only: jax.distributed's
       heartbeat limit; None: JAX's default.
+    engine_tp: mcjax only: devices of a host per engine replica
+      (`McJaxOptions.engine_tp`; `rules.engine_tp`).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -109,6 +111,7 @@ class CliOptions:
   transfer_guard: str = "allow"
   step_timeout_s: float = step_watchdog.DEFAULT_STEP_TIMEOUT_S
   heartbeat_timeout_s: int | None = None
+  engine_tp: int = 1
 
   def __post_init__(self):
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
@@ -158,6 +161,12 @@ class CliOptions:
           " tunix backend's engine is rollout_engine, its mesh the config's"
           " actor mesh, and it has no O1-O4)."
       )
+    # The engine a config names is checked with the config
+    # (config_checks); an explicit --engine here.
+    problem = rules.engine_tp(self.engine_tp, backend=self.backend,
+                              engine=self.engine or "native")
+    if problem is not None:
+      raise ConfigError(problem.message)
     if self.mesh is not None and self.mesh not in rules.MESH_KINDS:
       raise ConfigError(
           f"--mesh={self.mesh!r} is not one of {list(rules.MESH_KINDS)}.")

@@ -32,12 +32,15 @@ import warnings
 
 from absl import logging
 from flax import nnx
+from flax.nnx import spmd as nnx_spmd
 import jax
 import jaxtyping
 import numpy as np
 from tunix.rl.rollout import base_rollout
 
 Mesh = jax.sharding.Mesh
+NamedSharding = jax.sharding.NamedSharding
+PartitionSpec = jax.sharding.PartitionSpec
 
 
 @runtime_checkable
@@ -376,6 +379,78 @@ def check_engine_mesh(mesh: jax.sharding.Mesh) -> None:
         " jax.make_mesh defaults to Explicit axes: pass"
         " axis_types=(jax.sharding.AxisType.Auto,) * ndim."
     )
+
+
+def engine_tp(mesh: Mesh) -> int:
+  """The engine's tensor-parallel degree: the size of the mesh's last axis.
+
+  `runtime.local_mesh(tp=N)` puts tp on the last axis and the host's data
+  parallelism on the others; a one-axis mesh is purely data-parallel.
+  """
+  return int(mesh.devices.shape[-1]) if mesh.devices.ndim >= 2 else 1
+
+
+def row_axes(mesh: Mesh) -> tuple[str, ...]:
+  """The mesh axes an engine shards its rows over (data parallelism).
+
+  Every axis with engine tp 1 (the same layout as the data axes alone, and
+  the one every engine used before engine tp); else all but the tp axis.
+  """
+  names = tuple(mesh.axis_names)
+  return names if engine_tp(mesh) == 1 else names[:-1]
+
+
+def tp_spec(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh
+            ) -> PartitionSpec:
+  """`spec` (a model's annotation) kept on the engine's tp axis only.
+
+  An engine holds one replica of its parameters per tp group: dimensions
+  the model shards over its data axes (e.g. "fsdp") are replicated, those
+  on the tp axis stay split. A dimension tp does not divide is replicated
+  (e.g. an odd vocabulary), which changes the layout, not the values.
+  With engine tp 1 the result is fully replicated.
+  """
+  tp = engine_tp(mesh)
+  if tp == 1:
+    return PartitionSpec()
+  axis = mesh.axis_names[-1]
+  entries = []
+  for i, entry in enumerate(tuple(spec)[:len(shape)]):
+    names = entry if isinstance(entry, tuple) else (entry,)
+    keep = axis in names and shape[i] % tp == 0
+    entries.append(axis if keep else None)
+  while entries and entries[-1] is None:
+    entries.pop()
+  return PartitionSpec(*entries)
+
+
+def param_shardings(tree: Any, mesh: Mesh) -> Any:
+  """The engine layout of a model state on `mesh`, from its annotations.
+
+  Args:
+    tree: an `nnx.State` (or nested dict) of `nnx.Variable`s or arrays;
+      Variables carry the model's sharding annotations (Tunix's Qwen3:
+      ("fsdp", "tp") names), plain arrays have none.
+    mesh: the engine mesh (`runtime.local_mesh(tp=N)`).
+
+  Returns:
+    `tree` with a NamedSharding on `mesh` in place of every array (`tp_spec`
+    of its annotation); other leaves as they are.
+  """
+  def one(x: Any) -> Any:
+    if isinstance(x, nnx.Variable):
+      value = x.get_value()
+      spec = nnx_spmd.get_var_pspec(x) or PartitionSpec()
+    else:
+      value, spec = x, PartitionSpec()
+    shape = getattr(value, "shape", None)
+    if shape is None:
+      return x
+    sharding = NamedSharding(mesh, tp_spec(spec, tuple(shape), mesh))
+    return x.replace(sharding) if isinstance(x, nnx.Variable) else sharding
+
+  return jax.tree.map(one, tree,
+                      is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def check_row_ids(row_ids: Any) -> np.ndarray:

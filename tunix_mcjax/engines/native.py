@@ -13,11 +13,14 @@
 # limitations under the License.
 
 
-"""A host-local, data-parallel, placement-invariant rollout engine.
+"""A host-local, data- and tensor-parallel, placement-invariant rollout engine.
 
-`NativeEngine` runs Tunix's own sampler on a private copy of the policy whose
-parameters are replicated over `engine_mesh` (normally the devices of one
-host); the rows of every `generate` call are sharded over all of its devices.
+`NativeEngine` runs Tunix's own sampler on a private copy of the policy on
+`engine_mesh` (normally the devices of one host, `runtime.local_mesh(tp=N)`):
+parameters are split over its last (tp) axis as the model's annotations say
+and replicated over the others, whose devices share the rows of every
+`generate` call (with engine tp 1: replicated parameters, rows over all
+devices).
 
 Placement invariance: every row samples with its own key, derived from the
 row's identity and folded with the number of tokens generated so far
@@ -59,7 +62,7 @@ PartitionSpec = jax.sharding.PartitionSpec
 
 
 class NativeEngine(base.Engine):
-  """Tunix's sampler on a private, replicated, data-parallel model copy.
+  """Tunix's sampler on a private, data- (and tensor-) parallel model copy.
 
   Plugs into `ClusterConfig.rollout_engine` (as the class, or a
   `functools.partial` of it supplying `context=` and the other keyword-only
@@ -67,19 +70,24 @@ class NativeEngine(base.Engine):
   rollout_config=)`.
 
   The engine never shares parameter buffers with `rollout_actor`: it copies
-  them (replicated) onto `engine_mesh`, and later trainer updates reach it
-  only through `update_params`. The context's `initial_model`, when given,
-  is taken over as the engine's model (its arrays are reused if they are
-  already replicated on `engine_mesh`); the multi-host cluster uses it to
-  hand over a host-local copy, since global arrays cannot be copied onto one
-  host's devices here.
+  them onto `engine_mesh` in its layout (`param_shardings()`), and later
+  trainer updates reach it only through `update_params`. The context's
+  `initial_model`, when given, is taken over as the engine's model (its
+  arrays are reused if they are already in that layout); the multi-host
+  cluster uses it to hand over a host-local copy, since global arrays cannot
+  be copied onto one host's devices here.
 
-  Rows of a `generate` call are sharded over all devices of `engine_mesh`;
-  the batch is padded to a multiple of the device count by repeating the last
-  prompt (padded rows consume no row ids and are dropped). For a purely
-  data-parallel run of Tunix models whose activations carry sharding
-  constraints (Qwen3: batch on "fsdp", features on "tp"), give `engine_mesh`
-  all devices on "fsdp" and size 1 on "tp".
+  Layout (`base.param_shardings`): the mesh's last axis is the engine's
+  tensor parallelism (tp), the others its data parallelism (dp). Each
+  parameter is split over tp where the model's annotation names that axis
+  (Tunix's Qwen3: heads, MLP width, vocabulary) and replicated over dp: one
+  copy per tp group, not per device. The KV cache is split over tp by KV
+  head like the model's attention activations. Rows of a `generate` call
+  are sharded over dp (all devices with tp 1); the batch is padded to a
+  multiple of dp by repeating the last prompt (padded rows consume no row
+  ids and are dropped). Tunix's Qwen3 constrains activations to batch on
+  "fsdp" and features on "tp": name the mesh's axes ("fsdp", "tp"), as
+  `runtime.local_mesh` does.
 
   Sampling keys come from row identities (see `base.RowIdSource`) and the
   engine's `seed`, not from `RolloutConfig.seed`; the global prompt index
@@ -124,17 +132,15 @@ class NativeEngine(base.Engine):
       raise ValueError(f"cache_size must be positive; got {cache_size}.")
 
     self._engine_mesh = engine_mesh
-    self._replicated = NamedSharding(engine_mesh, PartitionSpec())
-    self._row_sharding = NamedSharding(
-        engine_mesh, PartitionSpec(tuple(engine_mesh.axis_names))
-    )
+    self._tp = base.engine_tp(engine_mesh)
+    # Rows are padded to a multiple of the data-parallel degree.
+    self._dp = engine_mesh.size // self._tp
+    rows = base.row_axes(engine_mesh)
+    self._row_sharding = NamedSharding(engine_mesh, PartitionSpec(rows))
     self._seed = base.default_seed(rollout_config, context.seed)
     self._reshard_on_update = context.reshard_on_update
-    self._gather_fn = jax.jit(
-        lambda x, dtype: x.astype(dtype),
-        static_argnums=1,
-        out_shardings=self._replicated,
-    )
+    # One jitted cast-and-relayout per target sharding (reshard_on_update).
+    self._gather_fns: dict[NamedSharding, Any] = {}
     self._row_ids = base.row_ids_or_counter("NativeEngine", context.row_ids)
     # One jit per engine: its out_shardings names this engine's mesh.
     self._row_keys_fn = per_row_keys.row_keys_program(self._row_sharding)
@@ -160,17 +166,31 @@ class NativeEngine(base.Engine):
             nnx.state(model, nnx.Param)
         ).items()
     }
+    self._shardings = {
+        path: x.sharding for path, x in tree_paths.flat_params(
+            nnx.state(model, nnx.Param)).items()
+    }
     config = getattr(model, "config", None)
+    num_kv_heads = getattr(config, "num_kv_heads", 0)
+    # The KV cache (B, T, kv heads, head dim) as the model's attention
+    # activations are laid out (Qwen3's act_btnh: heads on "tp"), so that a
+    # tp group's devices each keep their own heads' keys and values.
+    cache_sharding = None
+    if self._tp > 1 and num_kv_heads and num_kv_heads % self._tp == 0:
+      cache_sharding = NamedSharding(
+          engine_mesh,
+          PartitionSpec(rows, None, engine_mesh.axis_names[-1], None))
     self._sampler = per_row_keys.PerRowKeySampler(
         model,
         tokenizer,
         sampler_lib.CacheConfig(
             cache_size=cache_size,
             num_layers=getattr(config, "num_layers", 0),
-            num_kv_heads=getattr(config, "num_kv_heads", 0),
+            num_kv_heads=num_kv_heads,
             head_dim=getattr(config, "head_dim", 0),
         ),
         row_sharding=self._row_sharding,
+        cache_sharding=cache_sharding,
     )
     # The sampler's state keeps its structure: updates are unflattened into
     # it directly instead of rebuilding the module (which costs more than the
@@ -185,8 +205,10 @@ class NativeEngine(base.Engine):
 
   def _local_copy(self, source: nnx.Module, *, owned: bool) -> nnx.Module:
     graphdef, state = nnx.split(source)
+    # The engine's layout of every array, from the model's annotations.
+    layout = base.param_shardings(state, self._engine_mesh)
 
-    def place(path: Any, x: Any) -> Any:
+    def place(path: Any, x: Any, sharding: Any) -> Any:
       if not isinstance(x, jax.Array):
         return x
       if not x.is_fully_addressable:
@@ -197,18 +219,16 @@ class NativeEngine(base.Engine):
             " a host-local copy as `initial_model`."
         )
       if owned:
-        return x if x.sharding == self._replicated else jax.device_put(
-            x, self._replicated
-        )
+        return x if x.sharding == sharding else jax.device_put(x, sharding)
       # Never share buffers with the trainer, whose optimizer may donate
       # them. device_put alone does not guarantee that: even with
       # may_alias=False it reuses the source buffer for the shard on the
       # source's own device when the sharding changes (seen with jax 0.12).
-      return jnp.copy(jax.device_put(x, self._replicated))
+      return jnp.copy(jax.device_put(x, sharding))
 
     # jax.tree.map builds new Variable objects, so the engine's module does
     # not share Variables with `source` either.
-    new_state = jax.tree_util.tree_map_with_path(place, state)
+    new_state = jax.tree_util.tree_map_with_path(place, state, layout)
     return nnx.merge(graphdef, new_state)
 
   @property
@@ -220,9 +240,8 @@ class NativeEngine(base.Engine):
     return self._seed
 
   def param_shardings(self) -> Any:
-    return jax.tree.map(
-        lambda _: self._replicated, nnx.state(self.model(), nnx.Param)
-    )
+    return jax.tree.map(lambda x: x.sharding,
+                        nnx.state(self.model(), nnx.Param))
 
   def publication_target(self) -> Any:
     # A LoRA model (base + adapters, as Tunix's vanilla rollout holds it)
@@ -258,7 +277,7 @@ class NativeEngine(base.Engine):
       raise ValueError(
           f"The row-id source returned {ids.shape[0]} ids for {num_rows} rows."
       )
-    num_pad = -num_rows % self._engine_mesh.size
+    num_pad = -num_rows % self._dp
     prompts += [prompts[-1]] * num_pad
     ids = np.concatenate([ids, np.repeat(ids[-1:], num_pad, axis=0)])
 
@@ -313,7 +332,7 @@ class NativeEngine(base.Engine):
           f"prompt_tokens has {num_rows} rows but completion_tokens has"
           f" {completions.shape[0]}."
       )
-    num_pad = -num_rows % self._engine_mesh.size
+    num_pad = -num_rows % self._dp
     if num_pad:
       prompts = base.pad_rows(prompts, num_pad)
       completions = base.pad_rows(completions, num_pad)
@@ -363,19 +382,22 @@ class NativeEngine(base.Engine):
     )
 
   def _into_layout(self, path: tuple[Any, ...], x: Any) -> Any:
-    """Process-local array -> the engine's dtype and replicated layout."""
+    """Process-local array -> the engine's dtype and layout."""
     want = self._expected.get(path)
     if want is None or not isinstance(x, jax.Array):
       return x  # _check_params names the problem.
     if not x.is_fully_addressable:
       return x  # Cannot be moved from here; _check_params says so.
-    if x.dtype == want.dtype and x.sharding.is_equivalent_to(
-        self._replicated, x.ndim
-    ):
+    sharding = self._shardings[path]
+    if x.dtype == want.dtype and x.sharding.is_equivalent_to(sharding, x.ndim):
       return x
     # A jitted gather stays on the devices; device_put of a sharded array
     # would go through the host, which Tunix's sync_weights guard forbids.
-    return self._gather_fn(x, want.dtype)
+    if sharding not in self._gather_fns:
+      self._gather_fns[sharding] = jax.jit(
+          lambda x, dtype: x.astype(dtype), static_argnums=1,
+          out_shardings=sharding)
+    return self._gather_fns[sharding](x, want.dtype)
 
   def _check_params(
       self, new_flat: dict[tuple[Any, ...], Any], *, partial: bool
@@ -414,11 +436,12 @@ class NativeEngine(base.Engine):
       # compare layouts once per object.
       if self._layout_ok.get(path) is x.sharding:
         continue
-      if not x.sharding.is_equivalent_to(self._replicated, x.ndim):
+      if not x.sharding.is_equivalent_to(self._shardings[path], x.ndim):
         raise ValueError(
             f"Parameter {tree_paths.dotted(path)!r} has sharding {x.sharding}; the engine"
-            f" expects {self._replicated} (see param_shardings()). Publish"
-            " parameters in that layout: update_params does not reshard."
+            f" expects {self._shardings[path]} (see param_shardings())."
+            " Publish parameters in that layout: update_params does not"
+            " reshard."
         )
       self._layout_ok[path] = x.sharding
 

@@ -105,7 +105,9 @@ class PerRowKeySampler(compat.HookedSampler):
   keys, ...) is created sharded along its batch dimension with it, which
   makes the jitted prefill and decode loops data-parallel over that
   sharding's devices. The batch size must then be a multiple of the number of
-  row shards, and `seed` must be per-row keys.
+  row shards, and `seed` must be per-row keys. `cache_sharding`, when given,
+  lays out the KV cache's keys and values (B, T, kv heads, head dim) instead
+  (an engine with tensor parallelism splits them by head).
   """
 
   def __init__(
@@ -115,9 +117,13 @@ class PerRowKeySampler(compat.HookedSampler):
       cache_config: sampler_lib.CacheConfig,
       *,
       row_sharding: NamedSharding | None = None,
+      cache_sharding: NamedSharding | None = None,
   ):
     super().__init__(transformer, tokenizer, cache_config)
+    if cache_sharding is not None and row_sharding is None:
+      raise ValueError("cache_sharding needs row_sharding.")
     self._row_sharding = row_sharding
+    self._cache_sharding = cache_sharding
     self._init_fns: dict[Any, Callable[..., SamplingState]] = {}
 
   def init_sample_state(
@@ -172,19 +178,27 @@ class PerRowKeySampler(compat.HookedSampler):
       # array; jit compares treedefs with ==, which fails for arrays of
       # different engines' meshes ("incompatible devices"). Use an int.
       state = dataclasses.replace(state, num_input_tokens=num_input_tokens)
-      leaves, treedef = jax.tree.flatten(state)
+      with_paths, treedef = jax.tree_util.tree_flatten_with_path(state)
+      leaves = [x for _, x in with_paths]
       is_array = [isinstance(x, jax.Array) for x in leaves]
       skeleton["treedef"] = treedef
       skeleton["leaves"] = [hole if a else x for a, x in zip(is_array, leaves)]
+      skeleton["paths"] = [p for (p, _), a in zip(with_paths, is_array) if a]
       return [x for a, x in zip(is_array, leaves) if a]
 
     replicated = NamedSharding(self._row_sharding.mesh, PartitionSpec())
-    out_shardings = [
-        self._row_sharding
-        if x.ndim >= 1 and x.shape[0] == batch_size
-        else replicated
-        for x in jax.eval_shape(build, all_input_ids, seed)
-    ]
+
+    def layout(path: Any, x: jax.ShapeDtypeStruct) -> NamedSharding:
+      if x.ndim == 0 or x.shape[0] != batch_size:
+        return replicated
+      names = {getattr(k, "name", getattr(k, "key", None)) for k in path}
+      if (self._cache_sharding is not None and x.ndim == 4
+          and "cache" in names and names & {"k", "v"}):
+        return self._cache_sharding
+      return self._row_sharding
+
+    shapes = jax.eval_shape(build, all_input_ids, seed)
+    out_shardings = [layout(p, x) for p, x in zip(skeleton["paths"], shapes)]
     build_jit = jax.jit(build, out_shardings=out_shardings)
 
     def init(ids: jax.Array, keys: jax.Array) -> SamplingState:

@@ -164,6 +164,8 @@ class VllmEngine(base.Engine):
       )
     engine_mesh, source = base.engine_mesh_and_source(
         "VllmEngine", context, mesh=mesh, rollout_actor=rollout_actor)
+    # Refuses an engine tp vLLM is not driven with here, before it starts.
+    vllm_options.parallel_settings(base.engine_tp(engine_mesh))
     config = getattr(source, "config", None)
     from tunix.models.qwen3 import model as qwen3_lib  # pylint: disable=g-import-not-at-top
 
@@ -297,8 +299,8 @@ class VllmEngine(base.Engine):
         dtype=dtype,
         max_model_len=self._max_model_len,
         enforce_eager=True,
-        distributed_executor_backend="uni",
-        tensor_parallel_size=1,
+        # tensor_parallel_size: the engine mesh's tp axis (engine tp).
+        **vllm_options.parallel_settings(base.engine_tp(self._engine_mesh)),
         seed=self._seed,
         enable_prefix_caching=opts.enable_prefix_caching,
         # log_softmax(logits / temperature) of the sampled token, as Tunix's

@@ -159,6 +159,27 @@ def llm_settings(options: VllmEngineOptions, rollout_config: Any,
   return out
 
 
+def parallel_settings(engine_tp: int) -> dict[str, Any]:
+  """`vllm.LLM`'s parallelism from the engine mesh's tp axis size.
+
+  The engine reloads weights through the worker of an in-process, single
+  worker vLLM (the "uni" executor): vLLM's tensor_parallel_size is the
+  engine tp, which must then be 1 (the job checks refuse more before any
+  host starts: `rules.engine_tp`).
+
+  Raises:
+    ValueError: engine_tp is not 1.
+  """
+  if engine_tp != 1:
+    raise ValueError(
+        f"VllmEngine on an engine mesh with tp axis {engine_tp}: the engine"
+        " drives one in-process vLLM worker (distributed_executor_backend"
+        " 'uni'), so vLLM's tensor_parallel_size must be 1; use the native"
+        " engine for engine tensor parallelism, or an engine mesh with tp 1.")
+  return dict(tensor_parallel_size=engine_tp,
+              distributed_executor_backend="uni")
+
+
 def import_vllm() -> Any:
   """Sets the process environment vLLM needs here, then imports it.
 

@@ -408,6 +408,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
             resume_step=cfg.resume_step,
             transfer_guard=cfg.transfer_guard,
             step_timeout_s=cfg.step_timeout_s,
+            engine_tp=cfg.engine_tp,
         ),
         **da,
         **common,

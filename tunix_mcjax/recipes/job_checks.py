@@ -141,6 +141,11 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
       device_memory.split(cfg.engine_memory_fraction)
     except ValueError as e:
       problems.append(str(e))
+  problem = rules.engine_tp(cfg.engine_tp, backend=cfg.backend,
+                            engine=cfg.engine, trainer=cfg.trainer,
+                            devices_per_host=devices_per_host)
+  if problem is not None:
+    problems.append(problem.message)
   if cfg.backend == "mcjax_da":
     from tunix_mcjax.rules import disaggregated  # pylint: disable=g-import-not-at-top
 

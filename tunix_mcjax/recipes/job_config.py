@@ -190,6 +190,14 @@ class GrpoJobConfig:
   lora_modules: str = _field(
       rules.DEFAULT_LORA_MODULES, "Regex of the modules to adapt (qwix"
       " module_path, full match).")
+  # Devices per engine replica on each host (McJaxOptions.engine_tp): the
+  # host's engine mesh is (devices_per_host // engine_tp, engine_tp), data
+  # parallel over the first axis, tensor parallel over the second.
+  engine_tp: int = _field(
+      1, "mcjax, --engine=native: devices of a host per engine replica"
+      " (tensor parallelism); the host's other devices run further replicas"
+      " (data parallelism). Must divide the devices per host"
+      " (docs/engines.md#engine-tensor-parallelism).")
   # Trainer mesh (rules.MESH_KINDS): "fsdp" over every device, "hsdp"
   # (data-parallel across hosts, fsdp within a host), or "auto": fsdp when
   # it divides the model's widths, else hsdp (rules.choose_mesh).
@@ -398,6 +406,10 @@ class GrpoJobConfig:
         if problem is not None:
           problem.raise_()
     self._check_algorithm()
+    problem = rules.engine_tp(self.engine_tp, backend=self.backend,
+                              engine=self.engine, trainer=self.trainer)
+    if problem is not None:
+      problem.raise_()
     if self.checkpoint_dir is not None and self.backend not in (
         "mcjax", "mcjax_da"):
       raise ValueError(

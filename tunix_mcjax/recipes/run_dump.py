@@ -86,6 +86,9 @@ class RunDump:
     self._json(f"rollouts_host{host}.json", self.calls)
     if self.eval_calls:
       self._json(f"eval_rollouts_host{host}.json", self.eval_calls)
+    layout = _engine_layout(cluster.rollout)
+    if layout is not None:
+      self._json(f"engine_layout_host{host}.json", layout)
     if engine_params:
       np.savez(self._path(f"engine_params_host{host}.npz"),
                **_npz_floats(_engine_params(cluster.rollout.model())))
@@ -138,6 +141,23 @@ def _engine_params(model) -> dict[str, np.ndarray]:
   return {
       k: np.asarray(v) for k, v in publication.flat_by_name(
           nnx.state(model, nnx.Param)).items()
+  }
+
+
+def _engine_layout(engine: Any) -> dict[str, Any] | None:
+  """This host's engine mesh and parameter specs (tests check engine tp);
+  None for an engine without a host-local layout."""
+  from tunix_mcjax import tree_paths  # pylint: disable=g-import-not-at-top
+
+  mesh = getattr(engine, "engine_mesh", None)
+  shardings = getattr(engine, "param_shardings", None)
+  if mesh is None or shardings is None:
+    return None
+  return {
+      "mesh": {str(k): int(v) for k, v in mesh.shape.items()},
+      "param_specs": {
+          tree_paths.dotted(k): str(getattr(v, "spec", v))
+          for k, v in tree_paths.flat_params(shardings()).items()},
   }
 
 

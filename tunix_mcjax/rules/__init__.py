@@ -58,11 +58,13 @@ from tunix_mcjax.rules.checks import JobCheck
 from tunix_mcjax.rules.checks import check_cluster
 from tunix_mcjax.rules.checks import check_job
 from tunix_mcjax.rules.checks import same_mesh
+from tunix_mcjax.rules.engines import ENGINE_TP_ENGINES
 from tunix_mcjax.rules.engines import MAXTEXT_ENGINES
 from tunix_mcjax.rules.engines import MCJAX_ENGINE_PREFIX
 from tunix_mcjax.rules.engines import TUNIX_ENGINES
 from tunix_mcjax.rules.engines import TUNIX_VLLM_ENGINE
 from tunix_mcjax.rules.engines import VANILLA_ENGINE
+from tunix_mcjax.rules.engines import engine_tp
 from tunix_mcjax.rules.engines import mcjax_engine_name
 from tunix_mcjax.rules.engines import registered_engine
 from tunix_mcjax.rules.engines import missing_modules
@@ -119,11 +121,13 @@ __all__ = [
     "check_job",
     "same_mesh",
     # engines
+    "ENGINE_TP_ENGINES",
     "MAXTEXT_ENGINES",
     "MCJAX_ENGINE_PREFIX",
     "TUNIX_ENGINES",
     "TUNIX_VLLM_ENGINE",
     "VANILLA_ENGINE",
+    "engine_tp",
     "mcjax_engine_name",
     "registered_engine",
     "missing_modules",

@@ -192,3 +192,64 @@ def trainer_engine(
         + (" (.venv-maxtext-vllm/bin/python)." if engine == "vllm" else "."),
     )
   return None
+
+
+# Engines whose host-local layout takes engine tensor parallelism
+# (`engine_tp`): the native engine splits its parameters over a (dp, tp)
+# mesh. The vLLM engine drives one in-process worker (vLLM's "uni"
+# executor, whose worker it reloads directly), so its tensor_parallel_size
+# stays 1.
+ENGINE_TP_ENGINES = ("native",)
+
+
+def engine_tp(
+    tp: Any,
+    *,
+    backend: str = "mcjax",
+    engine: str = "native",
+    trainer: str = "tunix",
+    devices_per_host: int | None = None,
+    flag: str = "--engine_tp",
+) -> Problem | None:
+  """Engine tensor parallelism: devices per engine replica on each host.
+
+  Args:
+    tp: the requested degree.
+    backend: the cluster backend; only mcjax lays out host engines.
+    engine: the registered engine name.
+    trainer: "tunix" or "maxtext".
+    devices_per_host: when known, `tp` must divide it (a replica never
+      spans two hosts).
+    flag: how messages name the setting.
+  """
+  if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+    return Problem(message=f"{flag} must be an integer >= 1 (devices per"
+                   f" engine replica), got {tp!r}.")
+  if tp == 1:
+    return None
+  if backend != "mcjax":
+    return Problem(
+        message=f"{flag}={tp} lays out the host engines of"
+        f" --backend=mcjax; --backend={backend} does not take it (the stock"
+        " backend runs one engine over every device, mcjax_da's rollout"
+        f" hosts do not split theirs yet): use --backend=mcjax or {flag}=1.")
+  if engine not in ENGINE_TP_ENGINES:
+    why = (" drives one in-process vLLM worker, so its tensor_parallel_size"
+           " is 1" if engine in ("vllm", TUNIX_VLLM_ENGINE)
+           else " has no tensor-parallel layout here")
+    return Problem(
+        message=f"{flag}={tp} with --engine={engine}: that engine{why}; use"
+        f" --engine={ENGINE_TP_ENGINES[0]} or {flag}=1.")
+  if trainer != "tunix":
+    return Problem(
+        message=f"{flag}={tp} with --trainer={trainer}: the engine model"
+        " behind a MaxText trainer is published replicated; use"
+        f" --trainer=tunix or {flag}=1.")
+  if devices_per_host is not None and devices_per_host % tp:
+    choices = [d for d in range(1, devices_per_host + 1)
+               if devices_per_host % d == 0]
+    return Problem(
+        message=f"{flag}={tp} must divide the devices per host"
+        f" ({devices_per_host}) so that an engine replica stays on one host;"
+        f" use one of {choices}.")
+  return None
