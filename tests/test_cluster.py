@@ -60,6 +60,14 @@ def test_mesh_orders_within_hosts_are_accepted_interleaved_hosts_refused(
 
 
 @pytest.mark.multihost
+def test_a_publication_leaves_one_engine_copy(two_host_results):
+  # The initial copy the engine started from is released once a publication
+  # replaced it (it used to stay alive through the engine factory).
+  for rec in two_host_results.values():
+    assert rec["engine_copies"] == {"before": 1, "after": 1}, rec["engine_copies"]
+
+
+@pytest.mark.multihost
 def test_unsupported_options_are_refused(two_host_results):
   for rec in two_host_results.values():
     assert "offload_to_cpu" in rec["errors"]["offload"]

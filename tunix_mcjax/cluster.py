@@ -208,6 +208,10 @@ class McJaxRLCluster(compat.RLCluster):
           cluster_config=local_cfg,
           perf_config=perf_config,
       )
+    # The engine took the initial model over; the factory, which Tunix's
+    # cluster_config keeps, would hold it as a second engine copy for good.
+    engine_factory.keywords["context"] = dataclasses.replace(
+        engine_factory.keywords["context"], initial_model=None)
     self.weights = engine_weights.EngineWeights(
         self.rollout, local_mesh=self.local_mesh, spec=spec,
         lora_enabled=lora_enabled)

@@ -107,8 +107,13 @@ class Publisher:
         from jax.tree_util.keystr) into the engine's flat names, applied to
         abstract values as well, e.g. MaxText's scanned layers.
     """
-    self._dst_leaves, self._dst_treedef = jax.tree_util.tree_flatten(dst)
     self._dst_names = list(flat_by_name(dst))
+    # Only what each leaf looks like: holding the engine's arrays would keep
+    # its first copy alive after publications replace it.
+    dst = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(
+            x.shape, x.dtype, sharding=getattr(x, "sharding", None)), dst)
+    self._dst_leaves, self._dst_treedef = jax.tree_util.tree_flatten(dst)
     self._mapping = mapping
     self._local_mesh = local_mesh
     view = host_view_mesh(local_mesh)

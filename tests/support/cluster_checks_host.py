@@ -103,6 +103,19 @@ def main() -> None:
     errors["eval"] = None
   except RuntimeError as e:
     errors["eval"] = str(e)
+  # One publication: the engine then holds only the published arrays, not
+  # also the initial copy it started from (a whole engine copy per host).
+  embedding_shape = actor.embedder.input_embedding.value.shape
+
+  def engine_embeddings():
+    local = {d.id for d in lm.devices.flat}
+    return sum(1 for x in jax.live_arrays()
+               if x.shape == embedding_shape and x.is_fully_addressable
+               and {d.id for d in x.sharding.device_set} == local)
+
+  engine_copies = {"before": engine_embeddings()}
+  cluster.sync_weights()
+  engine_copies["after"] = engine_embeddings()
   g = cluster._to_global(np.full((4, 5), jax.process_index()))
   rows = np.asarray(global_rows.local_rows_on_device(g))
   patches["while_open"] = rl_utils.is_sharing_weights is stock_fn
@@ -128,6 +141,7 @@ def main() -> None:
       host=jax.process_index(), errors=errors, per_host=per_host,
       stock_is_sharing_weights=patches,
       global_shape=list(g.shape), reordered_ok=reordered_ok,
+      engine_copies=engine_copies,
       local_ok=bool(
           (rows == jax.process_index()).all() and rows.shape == (4, 5)),
   )), flush=True)
