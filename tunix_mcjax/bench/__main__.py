@@ -21,6 +21,8 @@ r"""Benchmark command line.
   python -m tunix_mcjax.bench --mode=packing          # GSM8K, packed vs not
   python -m tunix_mcjax.bench --mode=da     # CO vs DA at K=0 and K=1, with
                                             # the advisor's predicted steps
+  python -m tunix_mcjax.bench --mode=scale  # Qwen3-0.6B memory, 2 hosts,
+                                            # log-probs unchunked vs chunked
 
 Exit status: 0 when every arm ran and the report was written, 1 otherwise
 (the report is written either way and names the failed arms).
@@ -37,9 +39,11 @@ from absl import flags
 from tunix_mcjax.bench import arms as arms_lib
 from tunix_mcjax.bench import harness
 
-_MODE = flags.DEFINE_enum("mode", "quick", sorted(arms_lib.MODES),
+_MODE = flags.DEFINE_enum("mode", "quick", sorted([*arms_lib.MODES, "scale"]),
                           "quick: < 10 min on 2 cores; full: the protocol's"
-                          " 20 batches x 2 passes and the whole 0.6B tree.")
+                          " 20 batches x 2 passes and the whole 0.6B tree;"
+                          " scale: Qwen3-0.6B memory per host"
+                          " (docs/memory.md).")
 _OUT = flags.DEFINE_string("out", "runs/bench", "Output folder.")
 _ARMS = flags.DEFINE_list("arms", [], "Run only these arms (default: all).")
 _STEPS = flags.DEFINE_integer("steps", None, "Override batches per pass.")
@@ -48,8 +52,30 @@ _LAUNCHES = flags.DEFINE_integer(
     "launches", None, "Override launches per arm (the verdict needs 3).")
 
 
+def _main_scale() -> None:
+  """--mode=scale: its own runner and report (bench.scale)."""
+  from tunix_mcjax.bench import scale  # pylint: disable=g-import-not-at-top
+
+  cfg = scale.SCALE
+  if _STEPS.value is not None:
+    cfg = dataclasses.replace(cfg, steps=_STEPS.value)
+  out = pathlib.Path(
+      "runs/bench-scale" if _OUT.value == _OUT.default else _OUT.value)
+  report = scale.run_scale(cfg, out)
+  print((out / "report.md").read_text(), flush=True)
+  print(f"[bench] wrote {out / 'report.json'} and {out / 'report.md'} in"
+        f" {report['bench_wall_s']:.0f} s", flush=True)
+  failed = [n for n, a in report["arms"].items() if not a["ok"]]
+  if failed:
+    print(f"[bench] FAILED arms: {failed}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
+  if _MODE.value == "scale":
+    _main_scale()
+    return
   mode = arms_lib.MODES[_MODE.value]
   if _ARMS.value:
     known = {a.name: a for a in mode.arms}

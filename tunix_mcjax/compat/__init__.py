@@ -31,6 +31,8 @@ Submodules, by upstream area:
 - `gc_hooks`: the `gc` module attribute of Tunix modules (optimization O2).
 - `packing`: Tunix's sequence-packing path made exact (causal same-segment
   mask, mcjax's packer) while a cluster with `max_seq_token_per_tpu` lives.
+- `chunked_logps`: per-token log-probs over sequence chunks, without the
+  full [B, T, vocab] logits, while a job with `logps_chunk_size` runs.
 - `tunix_cli`: the names of Tunix's GRPO CLI that `tunix_mcjax.cli` rebinds.
 - `metric_keys`: metric names Tunix writes as string literals.
 - `versions`: differences between the supported JAX versions.

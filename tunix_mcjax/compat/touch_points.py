@@ -229,6 +229,29 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         " input function to refuse packing where it changes the loss."
         " Upstream: the learner's config on the trainer.",
     ),
+    # --- chunked log-probs (--logps_chunk_size), while a job runs ----------
+    TouchPoint(
+        module="tunix.rl.algo_core", attr="grpo_loss_fn",
+        kind="source", needle="common.compute_per_token_logps(",
+        wrapper="compat.chunked_logps.install_chunked_logps",
+        why="the GRPO loss calls it by module name (so the replacement"
+        " reaches it) with return_logits=True. Upstream: a chunk size.",
+    ),
+    TouchPoint(
+        module="tunix.rl.algo_core", attr="grpo_loss_fn",
+        kind="source", needle="compute_entropy_from_logits(logits)",
+        wrapper="compat.chunked_logps.install_chunked_logps",
+        why="the loss gets entropy from the returned logits through this"
+        " module function, which the chunked path replaces. Upstream: an"
+        " entropy output of compute_per_token_logps.",
+    ),
+    TouchPoint(
+        module="tunix.models.qwen3.model", attr="Qwen3.__call__",
+        kind="source", needle="x = self.final_norm(x)",
+        wrapper="compat.chunked_logps._trunk",
+        why="the chunked path runs Qwen3's trunk itself and the head chunk"
+        " by chunk. Upstream: a hidden-states output without logits.",
+    ),
     # --- metric keys Tunix writes as literals -------------------------------
     TouchPoint(
         module=_GRPO, attr="", kind="literal", needle="rewards/score/mean",

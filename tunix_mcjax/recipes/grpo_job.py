@@ -482,12 +482,21 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   learner = _learner(cfg, cluster, reward_fns)
   if dump is not None:
     dump.before_training(cluster)
+  chunked = None
+  if cfg.logps_chunk_size is not None:
+    from tunix_mcjax.compat import chunked_logps  # pylint: disable=g-import-not-at-top
+
+    chunked = chunked_logps.install_chunked_logps(cfg.logps_chunk_size)
   t0 = time.perf_counter()
-  if cluster.global_steps < total_steps:
-    learner.train(train_ds, eval_ds)
-  else:
-    # Resumed from the last step's checkpoint: nothing left to train.
-    cluster.close()
+  try:
+    if cluster.global_steps < total_steps:
+      learner.train(train_ds, eval_ds)
+    else:
+      # Resumed from the last step's checkpoint: nothing left to train.
+      cluster.close()
+  finally:
+    if chunked is not None:
+      chunked.undo()
   wall = time.perf_counter() - t0
   if reward_pool is not None:
     reward_pool.close()

@@ -284,6 +284,14 @@ class GrpoJobConfig:
       None, "mcjax: sequence packing (Tunix's RLTrainingConfig knob), tokens"
       " per packed row; needs a token-mean learner (--learner=dapo)."
       " Default: no packing.")
+  # Per-token log-probs over chunks of this many positions, so the learner
+  # never holds the full [B, T, vocab] float32 logits
+  # (tunix_mcjax.compat.chunked_logps; Tunix 0.1.7 has no such knob).
+  logps_chunk_size: int | None = _field(
+      None, "Compute per-token log-probs (policy, reference) over chunks of"
+      " this many positions, so the full [batch, length, vocab] float32"
+      " logits are never materialised (Tunix's Qwen3; docs/memory.md)."
+      " Default: off, Tunix's computation.")
   # The disaggregated backend (mcjax_da; docs/disaggregated.md): trainer and
   # rollout processes, how many policy versions a trained rollout may lag
   # (0: synchronous) and the cap C of its truncated importance weights.
@@ -306,6 +314,16 @@ class GrpoJobConfig:
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
 
     transfers.check_level(self.transfer_guard)
+    if self.logps_chunk_size is not None:
+      if self.logps_chunk_size < 1:
+        raise ValueError(
+            f"logps_chunk_size must be >= 1, got {self.logps_chunk_size}.")
+      # Where it would not apply, it is refused rather than ignored.
+      if self.backend == "mcjax_da" or self.trainer != "tunix":
+        raise ValueError(
+            "--logps_chunk_size applies to Tunix trainers under --backend="
+            "tunix or mcjax (the trainer hosts of mcjax_da and MaxText"
+            " trainers compute log-probs their own way): drop it.")
     if self.transfer_guard != "allow" and self.backend not in (
         "mcjax", "mcjax_da"):
       raise ValueError(
