@@ -184,10 +184,10 @@ def test_install_packing_swaps_and_restores_tunix_functions():
   inner = compat_packing.install_packing(packing.Packer(agree=lambda k: k))
   try:
     assert common.process_ids is compat_packing.process_ids
-    assert rl_utils.pack_sequences is inner.pack_fn
+    assert rl_utils.pack_sequences is inner.value
     inner.undo()
     inner.undo()  # Idempotent.
-    assert rl_utils.pack_sequences is outer.pack_fn
+    assert rl_utils.pack_sequences is outer.value
   finally:
     outer.undo()
   assert (common.process_ids, rl_utils.pack_sequences) == before

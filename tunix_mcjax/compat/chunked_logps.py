@@ -40,7 +40,6 @@ Upstream: a chunk size on `compute_per_token_logps` and an entropy output.
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 from flax import nnx
@@ -49,6 +48,8 @@ import jax.numpy as jnp
 from tunix.models.qwen3 import model as _qwen3
 from tunix.rl import algo_core as _algo_core
 from tunix.rl import common as _common
+
+from tunix_mcjax.compat import patch_stack
 
 _compute_per_token_logps = _common.compute_per_token_logps
 _compute_entropy_from_logits = _algo_core.compute_entropy_from_logits
@@ -169,46 +170,26 @@ def compute_entropy_from_logits(logits: jax.Array) -> jax.Array:
   return _compute_entropy_from_logits(logits)
 
 
-class ChunkedLogpsHandle:
-  """Undoes one `install_chunked_logps` call (idempotent)."""
-
-  def __init__(self, fn: Any):
-    self.fn = fn
-    self._active = True
-
-  @property
-  def active(self) -> bool:
-    return self._active
-
-  def undo(self) -> None:
-    """Drops this holder; the last one restores Tunix's own functions."""
-    with _lock:
-      if not self._active:
-        return
-      self._active = False
-      _stack.remove(self)
-      if _stack:
-        _common.compute_per_token_logps = _stack[-1].fn
-        return
-      _common.compute_per_token_logps = _compute_per_token_logps
-      _algo_core.compute_entropy_from_logits = _compute_entropy_from_logits
+def _apply(fn: Any, first: bool) -> None:
+  del first  # Both names are replaced whichever install is in place.
+  _common.compute_per_token_logps = fn
+  _algo_core.compute_entropy_from_logits = compute_entropy_from_logits
 
 
-_lock = threading.Lock()
-_stack: list[ChunkedLogpsHandle] = []
+def _restore() -> None:
+  _common.compute_per_token_logps = _compute_per_token_logps
+  _algo_core.compute_entropy_from_logits = _compute_entropy_from_logits
 
 
-def install_chunked_logps(chunk: int) -> ChunkedLogpsHandle:
+_installs = patch_stack.PatchStack(apply=_apply, restore=_restore)
+
+
+def install_chunked_logps(chunk: int) -> patch_stack.PatchHandle:
   """Computes log-probs `chunk` positions at a time until undone.
 
   Calls nest: the latest live one is in place.
   """
-  fn = make_compute_per_token_logps(chunk)
-  with _lock:
-    _stack.append(ChunkedLogpsHandle(fn))
-    _common.compute_per_token_logps = fn
-    _algo_core.compute_entropy_from_logits = compute_entropy_from_logits
-    return _stack[-1]
+  return _installs.push(make_compute_per_token_logps(chunk))
 
 
 # Tunix's own functions, whatever `install_chunked_logps` did since.

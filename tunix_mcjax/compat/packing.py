@@ -34,13 +34,14 @@ Two upstream names are replaced while an mcjax cluster with packing lives
 from __future__ import annotations
 
 from collections.abc import Callable
-import threading
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from tunix.rl import common as _common
 from tunix.rl import utils as _rl_utils
+
+from tunix_mcjax.compat import patch_stack
 
 _process_ids = _common.process_ids
 _pack_sequences = _rl_utils.pack_sequences
@@ -94,34 +95,24 @@ def _clear_caller_traces() -> None:
       clear()
 
 
-_lock = threading.Lock()
-_stack: list[PackingHandle] = []
+def _apply(pack_fn: Callable[..., Any], first: bool) -> None:
+  if first:
+    _common.process_ids = process_ids
+    # A trace of packed rows made before (with Tunix's mask-less path)
+    # would otherwise be reused.
+    _clear_caller_traces()
+  _rl_utils.pack_sequences = pack_fn
 
 
-class PackingHandle:
-  """Undoes one `install_packing` call (idempotent)."""
+def _restore() -> None:
+  _rl_utils.pack_sequences = _pack_sequences
+  _common.process_ids = _process_ids
+  _clear_caller_traces()
 
-  def __init__(self, pack_fn: Callable[..., Any]):
-    self.pack_fn = pack_fn
-    self._active = True
 
-  @property
-  def active(self) -> bool:
-    return self._active
-
-  def undo(self) -> None:
-    """Drops this holder; the last one restores Tunix's own functions."""
-    with _lock:
-      if not self._active:
-        return
-      self._active = False
-      _stack.remove(self)
-      if _stack:
-        _rl_utils.pack_sequences = _stack[-1].pack_fn
-        return
-      _rl_utils.pack_sequences = _pack_sequences
-      _common.process_ids = _process_ids
-      _clear_caller_traces()
+_installs = patch_stack.PatchStack(apply=_apply, restore=_restore)
+# Undoes one `install_packing` call (idempotent); `.value` is its pack_fn.
+PackingHandle = patch_stack.PatchHandle
 
 
 def install_packing(pack_fn: Callable[..., Any]) -> PackingHandle:
@@ -136,15 +127,7 @@ def install_packing(pack_fn: Callable[..., Any]) -> PackingHandle:
   Returns:
     The handle that undoes this call.
   """
-  with _lock:
-    if not _stack:
-      _common.process_ids = process_ids
-      # A trace of packed rows made before (with Tunix's mask-less path)
-      # would otherwise be reused.
-      _clear_caller_traces()
-    _stack.append(PackingHandle(pack_fn))
-    _rl_utils.pack_sequences = pack_fn
-    return _stack[-1]
+  return _installs.push(pack_fn)
 
 
 # Tunix's own functions, whatever `install_packing` did to the modules since.
