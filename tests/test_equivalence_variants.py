@@ -47,7 +47,7 @@ import example_runs
 
 # Parameters when the two runs reduce the gradient over different device
 # counts (see the module doc; tests/test_hsdp.py, same cause).
-DEVICE_COUNT_PARAM_TOLERANCE = dict(atol=1e-4, rtol=1e-5)
+DEVICE_COUNT_PARAM_TOLERANCE = example_runs.DEVICE_COUNT_PARAM_TOLERANCE
 
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 

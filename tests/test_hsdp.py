@@ -45,7 +45,7 @@ from tunix_mcjax.recipes import grpo_job
 import example_runs
 import launch_utils
 
-HSDP_PARAM_TOLERANCE = dict(atol=1e-4, rtol=1e-5)
+HSDP_PARAM_TOLERANCE = example_runs.DEVICE_COUNT_PARAM_TOLERANCE
 
 
 # --- the mesh choice (no devices) ---------------------------------------------

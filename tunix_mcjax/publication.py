@@ -296,7 +296,8 @@ def gathered_params(model: Any) -> dict[str, np.ndarray]:
 
 
 def replicated_like(tree: PyTree, mesh: Mesh, dtype: Any = None) -> PyTree:
-  """Abstract copy of `tree`, replicated on `mesh` (the native engine layout)."""
+  """Abstract copy of `tree`, replicated on `mesh` (the native engine's
+  layout with engine tp 1; `engine_layout_like` for any tp)."""
   sharding = NamedSharding(mesh, PartitionSpec())
   return jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(

@@ -57,6 +57,17 @@ def test_ledger_holds_exactly_the_buffered_batches(depth):
   assert not ledger.entries
 
 
+def _one_host_ahead(num_batches, depth):
+  """A ledger and `num_batches` batches of 4 prompts (G = 2) admitted on one
+  host, `depth` ahead of the learner."""
+  ledger = admission.StepLedger()
+  sharded = admission.Admission(
+      admission.AdmissionConfig(num_hosts=1, host_index=0,
+                                num_generations=2), ledger=ledger,
+  ).shard(_batches(num_batches))
+  return ledger, cluster._Lookahead(sharded, depth)  # pylint: disable=protected-access
+
+
 def _da_cluster_reading(ledger, lookahead, num_generations, **micro):
   """A `McJaxDaRLCluster` with only the state `_upcoming` reads (building
   one needs Ray and rollout hosts); `micro`: this host's training config's
@@ -78,12 +89,7 @@ def _da_cluster_reading(ledger, lookahead, num_generations, **micro):
 def test_micro_batches_are_prefetched_in_the_learners_calls(depth):
   # 4 prompts per host and batch, G = 2: 8 rows, generated (as Tunix's
   # learner does with micro-batches of 2 prompts) in calls of 4 rows.
-  ledger = admission.StepLedger()
-  sharded = admission.Admission(
-      admission.AdmissionConfig(num_hosts=1, host_index=0,
-                                num_generations=2), ledger=ledger,
-  ).shard(_batches(4))
-  ahead = cluster._Lookahead(sharded, depth)  # pylint: disable=protected-access
+  ledger, ahead = _one_host_ahead(4, depth)
   da = _da_cluster_reading(ledger, ahead, 2)
   upcoming = da._upcoming  # pylint: disable=protected-access
   for b, batch in enumerate(ahead):
@@ -107,12 +113,7 @@ def test_micro_batches_are_prefetched_in_the_learners_calls(depth):
 
 
 def test_calls_that_split_a_batch_unevenly_are_refused():
-  ledger = admission.StepLedger()
-  sharded = admission.Admission(
-      admission.AdmissionConfig(num_hosts=1, host_index=0,
-                                num_generations=2), ledger=ledger,
-  ).shard(_batches(2))
-  ahead = cluster._Lookahead(sharded, 1)  # pylint: disable=protected-access
+  ledger, ahead = _one_host_ahead(2, 1)
   next(iter(ahead))
   ledger.take(3)
   da = _da_cluster_reading(ledger, ahead, 2)
@@ -163,12 +164,7 @@ def test_the_learners_generate_calls(prompts, g, knobs, calls):
 def test_prefetched_calls_follow_a_rollout_micro_batch_of_its_own():
   # 4 prompts, G = 2, training micro-batch 1 and rollout micro-batch 2: the
   # learner generates each batch in two calls of 4 rows.
-  ledger = admission.StepLedger()
-  sharded = admission.Admission(
-      admission.AdmissionConfig(num_hosts=1, host_index=0,
-                                num_generations=2), ledger=ledger,
-  ).shard(_batches(3))
-  ahead = cluster._Lookahead(sharded, 1)  # pylint: disable=protected-access
+  ledger, ahead = _one_host_ahead(3, 1)
   da = _da_cluster_reading(ledger, ahead, 2, train_micro_batch_size=1,
                            rollout_micro_batch_size=2)
   next(iter(ahead))

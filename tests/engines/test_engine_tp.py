@@ -51,6 +51,8 @@ from tunix_mcjax.recipes import job_checks
 from tunix_mcjax.recipes import job_config
 from tunix_mcjax.recipes import validation
 
+import example_runs
+
 P = jax.sharding.PartitionSpec
 NamedSharding = jax.sharding.NamedSharding
 
@@ -397,8 +399,6 @@ def test_vllm_tensor_parallel_size_from_engine_tp():
 @pytest.fixture(scope="module")
 def tp_runs(shared_runs):
   """The engine tp 2 run, and the shared stock and tp 1 runs it equals."""
-  import example_runs  # pylint: disable=g-import-not-at-top
-
   flags = [f for f in example_runs.EQUIVALENCE_RUNS["mcjax2"]
            if not f.startswith("--devices_per_host")]
   return {
@@ -412,15 +412,13 @@ def tp_runs(shared_runs):
 # The tp 2 run trains on 8 devices, the references on 4: the gradient is
 # reduced in another float order (tests/test_equivalence_variants.py, same
 # cause and tolerance); the engine's layout does not enter the update.
-_PARAM_TOLERANCE = dict(atol=1e-4, rtol=1e-5)
+_PARAM_TOLERANCE = example_runs.DEVICE_COUNT_PARAM_TOLERANCE
 
 
 @pytest.mark.multihost
 @pytest.mark.e2e
 @pytest.mark.parametrize("ref", ["tunix", "tp1"])
 def test_engine_tp2_run_equals(tp_runs, ref):
-  import example_runs  # pylint: disable=g-import-not-at-top
-
   got, want = tp_runs["tp2"], tp_runs[ref]
   example_runs.assert_same_rollouts_and_rewards(want, got)
   a = json.loads((want / "records.json").read_text())
