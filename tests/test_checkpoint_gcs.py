@@ -33,6 +33,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import urllib.request
 
 import numpy as np
 import pytest
@@ -123,6 +124,28 @@ def test_hand_made_checkpoints_on_gcs_are_checked_and_set_aside(gcs):
   saved_model, _ = hand_checkpoints.model(1.0)  # What step 2 holds.
   np.testing.assert_array_equal(np.asarray(tiny.w[...]),
                                 np.asarray(saved_model.w[...]))
+
+
+def test_steps_of_an_actor_prefix_emptied_by_another_process(gcs):
+  # Another host's object was the prefix's only one: this process saw it
+  # (a cached listing), the other deleted it. Orbax's exists-then-list
+  # found no objects and gcsfs raised FileNotFoundError (a CI failure of
+  # the 2-host job below, from a host's write probe); no steps it is.
+  root = f"gs://{_BUCKET}/emptied"
+  probe = checkpointing.actor_directory(root) / "theirs"
+  probe.write_bytes(b"ok")
+  assert [p.name for p in checkpointing.as_path(root).iterdir()] == ["actor"]
+  request = urllib.request.Request(
+      f"{gcs.url}/storage/v1/b/{_BUCKET}/o/emptied%2Factor%2Ftheirs",
+      method="DELETE")
+  with urllib.request.urlopen(request, timeout=10):
+    pass
+  try:
+    assert checkpointing.orbax_steps(root) == []
+    assert checkpointing.complete_steps(root) == []
+    assert checkpointing.check_resume(root, {}) is None
+  finally:
+    fake_gcs.forget_listings()
 
 
 def test_a_missing_bucket_is_not_writable(gcs):

@@ -129,7 +129,13 @@ def orbax_steps(root: str) -> list[int]:
   actor = actor_directory(root)
   if not actor.is_dir():
     return []
-  return sorted(ocp_path.step.checkpoint_steps(actor))
+  try:
+    return sorted(ocp_path.step.checkpoint_steps(actor))
+  except FileNotFoundError:
+    # On an object store a directory is its objects: the last one deleted
+    # between the check above (or a listing cached in this process) and
+    # the listing leaves no steps, not an error.
+    return []
 
 
 def complete_steps(root: str) -> list[int]:
@@ -410,11 +416,14 @@ def check_writable(root: str, *, probe_name: str | None = None) -> None:
   key prefixes there, and the bucket must exist.
   """
   try:
-    actor = actor_directory(root)
     if not is_remote(root):
-      actor.mkdir(parents=True, exist_ok=True)
-    # Per process: hosts sharing the directory probe at the same time.
-    probe = actor / (probe_name or f".mcjax_write_probe_{os.getpid()}")
+      actor_directory(root).mkdir(parents=True, exist_ok=True)
+    # Per process: hosts sharing the directory probe at the same time. Not
+    # in <root>/actor, which the other hosts list for steps meanwhile: on an
+    # object store the probe alone makes that "directory" exist, and its
+    # deletion mid-listing made gcsfs raise FileNotFoundError there.
+    probe = as_path(root) / (
+        probe_name or f".mcjax_write_probe_{os.getpid()}")
     probe.write_bytes(b"ok")
     probe.unlink()
   except Exception as e:  # pylint: disable=broad-except
