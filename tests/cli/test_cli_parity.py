@@ -112,6 +112,29 @@ def test_tunix_vllm_is_the_host_local_vllm_of_the_platform(cli, pipeline):
         num_hosts=2)
 
 
+def test_a_da_rollout_host_s_vllm_config_needs_no_mesh(cli, base_config):
+  # Under mcjax_da a rollout host (and the launching process, for the JAX
+  # share of a GPU) builds Tunix's rollout config with no global mesh;
+  # Tunix's vllm_config (the vLLM recipe's section) becomes its
+  # rollout_vllm_* keys there, and the GPU split follows hbm_utilization.
+  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.cli import disaggregated
+  from tunix_mcjax.da import launcher
+  # pylint: enable=g-import-not-at-top
+
+  argv = ("grpo_main", str(base_config), *base_config_fixture.COLOCATED,
+          "rollout_engine=vllm", "vllm_config.hbm_utilization=0.3",
+          "vllm_config.async_scheduling=false")
+  source = disaggregated.CliSource(
+      argv=argv, options=cli.CliOptions(backend="mcjax_da"))
+  assert source.engine == "vllm"
+  config = source.rollout_config()
+  assert config.rollout_vllm_hbm_utilization == 0.3
+  assert config.rollout_vllm_async_scheduling is False
+  assert launcher.engine_memory_env(source) == {
+      "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.65"}
+
+
 def test_engine_flag_names_an_mcjax_engine(cli, pipeline):
   # Explicit: rollout_engine is then not read in Tunix's meaning.
   assert cli.check_mcjax_config(

@@ -28,6 +28,10 @@ the same trainer mesh (1 host x 2 devices) with the same engine:
   maps its parameters into the engines' Tunix Qwen3 layout inside its
   publication program, so the rollout host never builds MaxText.
 
+A fifth run is the "maxtext" DA job at `--max_staleness=1` (Tunix's MaxText
+disaggregated recipe's shape): step 2 trains rows generated with the
+initial weights, importance-weighted.
+
 Together they cover a full-weights and an adapters-only vLLM publication,
 and a whole-model one into a LoRA engine. Each DA run equals its colocated
 run exactly: completions and rewards identical (both sides' vLLM runs the
@@ -46,6 +50,7 @@ import dataclasses
 import json
 import pathlib
 
+import numpy as np
 import psutil
 import pytest
 
@@ -99,6 +104,30 @@ def test_synchronous_vllm_job_equals_colocated(runs, name):
   # Each batch was generated after the previous update was installed.
   assert [r["policy_version"] for r in records] == [0, 1]
   assert [r["staleness"] for r in records] == [0, 0]
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_maxtext_trainer_with_vllm_rollout_host_at_staleness_one(
+    tmp_path_factory):
+  # As the MaxText disaggregated recipe runs: the next batch is generated
+  # on the rollout host's vLLM while the MaxText trainer trains this one.
+  out = example_runs.run_example(
+      tmp_path_factory.mktemp("da_vllm_stale") / "maxtext_k1",
+      *example_runs.EQUIVALENCE_FLAGS, "--engine=vllm", "--devices_per_host=2",
+      *RUNS["maxtext"], *DA_FLAGS[:-1], "--max_staleness=1")
+  records = _records(out)
+  assert [r["backend"] for r in records] == ["mcjax_da"] * 2
+  # Step 2's rows were generated with the initial weights, before step 1's
+  # update was published: one version stale, importance-weighted.
+  assert [r["policy_version"] for r in records] == [0, 0]
+  assert [r["staleness"] for r in records] == [0, 1]
+  stale = records[1]
+  assert 0 < stale["is_weight_min"] <= stale["is_weight_mean"]
+  assert stale["is_weight_mean"] <= stale["is_weight_max"]
+  for r in records:
+    assert np.isfinite(r["loss"]) and r["grad_norm"] > 0, r
+  example_runs.assert_parameters_moved(out)
 
 
 @pytest.mark.multihost

@@ -118,6 +118,9 @@ def config(scratch_dir: pathlib.Path) -> dict[str, Any]:
           "temperature": 1.0,
       },
       "rollout_engine": "vanilla",
+      # As Tunix's base config: the vLLM rollout's own section, which the
+      # disaggregated vLLM recipe sets (vllm_config.async_scheduling).
+      "vllm_config": {},
       "offload_to_cpu": False,
       "verl_compatible": False,
       "reward_functions": ["tunix.cli.reward_fn.gsm8k"],

@@ -41,8 +41,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def write(directory: pathlib.Path, *, seed: int = 0) -> pathlib.Path:
-  """Writes the checkpoint into `directory` (created); returns it."""
+def write(directory: pathlib.Path, *, seed: int = 0,
+          head_dim: int = 16) -> pathlib.Path:
+  """Writes the checkpoint into `directory` (created); returns it.
+  `head_dim=32` for vLLM's CPU attention, which has no kernel for 16."""
   # pylint: disable=g-import-not-at-top
   import tokenizers
   from tokenizers import decoders, pre_tokenizers
@@ -60,7 +62,7 @@ def write(directory: pathlib.Path, *, seed: int = 0) -> pathlib.Path:
           num_hidden_layers=2,
           num_attention_heads=4,
           num_key_value_heads=2,
-          head_dim=16,
+          head_dim=head_dim,
           rope_theta=1e6,  # What Tunix 0.1.7's Qwen3 hardcodes.
           rms_norm_eps=1e-6,
           tie_word_embeddings=True,

@@ -211,22 +211,35 @@ def _start_note(pipeline: Any, options: CliOptions, plan: Any) -> str:
   from tunix_mcjax import rules
   # pylint: enable=g-import-not-at-top
 
-  note = f"backend={options.backend}"
+  note = f"backend={options.backend}" + _tunix_vllm_words(
+      pipeline, options, plan.platform)
   engine = rules.selected_engine(options.engine, pipeline.config,
                                  plan.platform)
-  if (options.engine is None
-      and pipeline.config.get("rollout_engine") == rules.TUNIX_VLLM_ENGINE):
-    note += (f", rollout_engine=vllm: mcjax engine {engine!r} (the host-local"
-             f" vLLM on {plan.platform.upper()})")
   if engine != "vllm":
     return note
-  rollout = pipeline.config.get("rollout_config") or {}
+  # As the engine will read it: Tunix maps vllm_config.hbm_utilization
+  # (default 0.4) onto it where rollout_engine='vllm'.
+  hbm = getattr(pipeline.create_rollout_config(),
+                "rollout_vllm_hbm_utilization", None)
   memory = device_memory.split(
-      float(rollout.get("rollout_vllm_hbm_utilization")
-            or rules.vllm_keys.DEFAULT_HBM_UTILIZATION),
+      float(hbm or rules.vllm_keys.DEFAULT_HBM_UTILIZATION),
       flag="rollout_config.rollout_vllm_hbm_utilization")
   device_memory.apply(memory)
   return note + (", " + memory.describe() if plan.platform == "gpu" else "")
+
+
+def _tunix_vllm_words(pipeline: Any, options: CliOptions,
+                      platform: str) -> str:
+  """", rollout_engine=vllm: ..." for the start line where the config says
+  Tunix's rollout_engine='vllm' (the engine it means on `platform`)."""
+  from tunix_mcjax import rules  # pylint: disable=g-import-not-at-top
+
+  if (options.engine is not None
+      or pipeline.config.get("rollout_engine") != rules.TUNIX_VLLM_ENGINE):
+    return ""
+  engine = rules.selected_engine(options.engine, pipeline.config, platform)
+  return (f", rollout_engine=vllm: mcjax engine {engine!r} (the host-local"
+          f" vLLM on {platform.upper()})")
 
 
 def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
@@ -267,7 +280,9 @@ def _start_disaggregated(argv: list[str], options: CliOptions) -> int:
   except ValueError as e:  # ConfigError, or Tunix's own config errors.
     _fail(str(e))
   print(f"[grpo_main] mcjax_da: {plan.describe()}; hosts on"
-        f" {devices.describe()}", flush=True)
+        f" {devices.describe()}"
+        f"{_tunix_vllm_words(pipeline, options, devices.platform)}",
+        flush=True)
   _claim_files(options, pipeline)
   _set_aside_later(options, pipeline)
   try:

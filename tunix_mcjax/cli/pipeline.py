@@ -202,6 +202,17 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     )
     return {role: mesh for role in owners}
 
+  def create_rollout_config(self, role_to_mesh=None):
+    if (role_to_mesh is None
+        and self._config_string("rollout_engine", "vanilla") == "vllm"):
+      # A rollout host's config under mcjax_da (no global mesh there) or the
+      # launching process's: Tunix needs the rollout mesh only for its shape.
+      owner = tunix_cli.resolve_mesh_owners(self)[compat.Role.ROLLOUT]
+      shape, _ = self.parse_mesh_config(
+          tunix_cli.role_model_key(self, owner))
+      role_to_mesh = {compat.Role.ROLLOUT: tunix_cli.MeshShape(shape)}
+    return super().create_rollout_config(role_to_mesh=role_to_mesh)
+
   def create_cluster_config(self, *, role_to_mesh, rollout_config=None):
     cluster_config = super().create_cluster_config(
         role_to_mesh=role_to_mesh, rollout_config=rollout_config
@@ -410,7 +421,15 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     top = section("", "data_source", "dataset_name", "data_directory",
                   "train_fraction", "batch_size", "reward_functions",
                   "apply_chat_template_to_dataset", "rollout_engine")
+    da = {}
+    if self.options.backend == "mcjax_da":
+      # The off-policy correction's settings, as the example's fingerprint
+      # (absent from a colocated run's checkpoint, which a K = 0 run may
+      # resume: the same numbers).
+      da = {"max_staleness": self.options.max_staleness,
+            "is_cap": self.options.is_cap}
     return {
+        **da,
         **{f"config.{k}": v for k, v in top.items()},
         "model_config": section("model_config", "model_name", "model_id",
                                 "lora_config"),

@@ -197,3 +197,16 @@ def role_model_key(pipeline: Any, role: Any) -> str:
 def pathways_bns() -> str | None:
   """The value of Tunix's `--pathways_bns` flag (parsed by absl)."""
   return _tunix_grpo_main._PATHWAYS_BNS.value  # pylint: disable=protected-access
+
+
+class MeshShape:
+  """Where Tunix's `GrpoPipeline.create_rollout_config` wants a rollout mesh
+  for rollout_engine='vllm' but no devices may be taken (the launching
+  process of an mcjax_da job, before hosts start): Tunix 0.1.7 reads only
+  `.devices.shape` of it (its vLLM's data and tensor parallel sizes; mcjax's
+  engines size themselves from their host's own mesh)."""
+
+  def __init__(self, shape: Sequence[int]):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    self.devices = np.empty(tuple(shape), dtype=object)

@@ -97,7 +97,7 @@ def _host_env(devices: int | None) -> dict[str, str]:
 def engine_memory_env(source: model_source.ModelSource) -> dict[str, str]:
   """A rollout host's JAX share of its GPU beside a vLLM engine's
   (`device_memory`; the rollout config's rollout_vllm_hbm_utilization)."""
-  if source.engine() != "vllm":
+  if source.engine != "vllm":
     return {}
   hbm = getattr(source.rollout_config(), "rollout_vllm_hbm_utilization",
                 None) or vllm_keys.DEFAULT_HBM_UTILIZATION
@@ -219,6 +219,13 @@ class HostDevices:
   devices_per_host: int
   simulated: bool
   reason: str
+
+  @property
+  def platform(self) -> str:
+    """The hosts' JAX platform: "cpu", "gpu" or "tpu"."""
+    if self.simulated:
+      return "cpu"
+    return next(iter(self.placement.accelerators())).lower()
 
   def describe(self) -> str:
     if self.simulated:
