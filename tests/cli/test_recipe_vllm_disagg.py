@@ -33,7 +33,6 @@ tests/da/test_da_vllm.py's (vLLM) business; this test shows the recipe runs.
 
 import json
 import math
-import pathlib
 import subprocess
 import sys
 
