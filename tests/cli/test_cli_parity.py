@@ -133,6 +133,11 @@ def test_a_da_rollout_host_s_vllm_config_needs_no_mesh(cli, base_config):
   assert config.rollout_vllm_async_scheduling is False
   assert launcher.engine_memory_env(source) == {
       "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.65"}
+  # --engine_tp reaches the rollout hosts' engines (native engine).
+  assert source.engine_tp == 1
+  assert disaggregated.CliSource(
+      argv=argv, options=cli.CliOptions(backend="mcjax_da", engine_tp=2)
+  ).engine_tp == 2
 
 
 def test_engine_flag_names_an_mcjax_engine(cli, pipeline):

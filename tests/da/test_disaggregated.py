@@ -17,7 +17,9 @@
 
 DA runs shared by every check here (module fixture):
 - "k0": `--max_staleness=0` with the core equivalence flags (KL on, an
-  evaluation pass before every step), 4 devices per host, under
+  evaluation pass before every step), 4 devices per host, rollout hosts
+  with engine tp 2 (each engine on a (2, 2) mesh, parameters split over
+  tp: the colocated run's engine is (4, 1)), under
   `--transfer_guard=disallow` (as "k1"), compared with the colocated mcjax
   run of the session's `equivalence_runs` with the same trainer mesh (1
   host x 4 devices): completions, rewards and evaluation rollouts
@@ -88,10 +90,11 @@ def da_runs_fixture(tmp_path_factory, shared_runs):
       # "k0" and "k1" run under the transfer guard: their trainer host's
       # steps after the first make no implicit host-to-device transfer
       # (tunix_mcjax/transfers.py; on policy, and with importance weights).
+      # "k0"'s rollout hosts split their engines: tp 2 on 4 devices, (2, 2).
       "k0": shared_runs.example(
           *example_runs.EQUIVALENCE_FLAGS, *example_runs.EVAL_FLAGS,
           *DA_FLAGS, "--devices_per_host=4", "--max_staleness=0",
-          GUARDED),
+          "--engine_tp=2", GUARDED),
       "k1": shared_runs.example(*lora_flags, GUARDED),
       # Two trainer hosts (one JAX program over both, a rollout host each),
       # on a Ray cluster the job did not start.

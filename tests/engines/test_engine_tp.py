@@ -332,9 +332,10 @@ def test_tp_spec_replicates_what_tp_does_not_divide():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(engine_tp=0), "--engine_tp must be an integer >= 1"),
     (dict(engine_tp=2, backend="tunix"),
-     "--engine_tp=2 lays out the host engines of --backend=mcjax;"
-     " --backend=tunix does not take it"),
-    (dict(engine_tp=2, backend="mcjax_da"), "--backend=mcjax_da does not"),
+     "--engine_tp=2 lays out the host engines of --backend=mcjax and"
+     " mcjax_da's rollout hosts; --backend=tunix does not take it"),
+    (dict(engine_tp=2, backend="mcjax_da", trainer="maxtext"),
+     "--engine_tp=2 with --trainer=maxtext"),
     (dict(engine_tp=2, engine="vllm"),
      "--engine_tp=2 with --engine=vllm: that engine drives one in-process"
      " vLLM worker, so its tensor_parallel_size is 1; use --engine=native"
@@ -346,6 +347,16 @@ def test_job_config_refuses(kwargs, message):
     job_config.GrpoJobConfig(**kwargs)
   assert message in str(e.value)
   assert "\n" not in str(e.value)
+
+
+def test_mcjax_da_rollout_hosts_take_engine_tp():
+  # Their engines are host-local like a colocated host's (tests/da/
+  # test_disaggregated.py's synchronous run uses tp 2).
+  assert job_config.GrpoJobConfig(backend="mcjax_da", engine_tp=2,
+                                  max_staleness=0).engine_tp == 2
+  from tunix_mcjax.cli import options  # pylint: disable=g-import-not-at-top
+
+  assert options.CliOptions(backend="mcjax_da", engine_tp=2).engine_tp == 2
 
 
 def test_engine_tp_must_divide_the_devices_per_host():

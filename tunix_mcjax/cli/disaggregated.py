@@ -407,6 +407,10 @@ class CliSource:
     return self._settings["seed"]
 
   @property
+  def engine_tp(self) -> int:
+    return self.options.engine_tp
+
+  @property
   def cache_size(self) -> int:
     return self._settings["cache_size"]
 

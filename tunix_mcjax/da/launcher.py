@@ -508,10 +508,14 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
           " another job runs in it. Leave the namespace unset (each job gets"
           " its own) or give this job another one.") from e
     actors.append(rollouts[-1])
-  ray_waits.wait_all([r.info.remote() for r in rollouts], timeout_s=timeout_s,
-            what="rollout hosts to build their engines",
-            names=[f"rollout host {i}" for i in range(da.rollout_hosts)],
-            watch=watch)
+  infos = ray_waits.wait_all(
+      [r.info.remote() for r in rollouts], timeout_s=timeout_s,
+      what="rollout hosts to build their engines",
+      names=[f"rollout host {i}" for i in range(da.rollout_hosts)],
+      watch=watch)
+  meshes = sorted({" x ".join(f"{k} {v}" for k, v in i["engine_mesh"].items())
+                   for i in infos})
+  _log(f"rollout hosts' engine mesh: {'; '.join(meshes)}")
   trainer_cls = ray.remote(trainer_host.TrainerHost)
   trainers = []
   for i in range(da.trainer_hosts):

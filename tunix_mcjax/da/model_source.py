@@ -44,6 +44,11 @@ class ModelSource(Protocol):
   def cache_size(self) -> int:
     """KV-cache length of a native engine (longest prompt + completion)."""
 
+  @property
+  def engine_tp(self) -> int:
+    """Devices per engine replica on a rollout host (`McJaxOptions.engine_tp`):
+    its engine mesh is (devices // engine_tp, engine_tp)."""
+
   def rollout_config(self) -> Any:
     """The job's TRAIN `RolloutConfig` (engines built from one)."""
 

@@ -76,7 +76,9 @@ class RolloutHost:
     self._version = -1
     self._row_ids = _GivenRowIds()
     self._idle_since: float | None = None
-    self._mesh = runtime.local_mesh()
+    # Data parallelism over the host's devices, engine tensor parallelism
+    # over groups of source.engine_tp of them (as a colocated host's engine).
+    self._mesh = runtime.local_mesh(tp=source.engine_tp)
     # The job's own model code (with its LoRA adapters, if any): the trainers'
     # first publication then replaces its weights.
     actor, self._tokenizer = source.build(self._mesh)
@@ -96,6 +98,8 @@ class RolloutHost:
   def info(self) -> dict[str, Any]:
     return {"index": self.index, "pid": os.getpid(),
             "devices": self._jax.local_device_count(),
+            "engine_mesh": {str(k): int(v)
+                            for k, v in self._mesh.shape.items()},
             "version": self._version}
 
   def set_weights(self, version: int, flat: Any) -> dict[str, float]:

@@ -59,6 +59,10 @@ class GrpoJobSource:
     return self.job.seed
 
   @property
+  def engine_tp(self) -> int:
+    return self.job.engine_tp
+
+  @property
   def cache_size(self) -> int:
     from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
 

@@ -227,12 +227,12 @@ def engine_tp(
                    f" engine replica), got {tp!r}.")
   if tp == 1:
     return None
-  if backend != "mcjax":
+  if backend not in ("mcjax", "mcjax_da"):
     return Problem(
-        message=f"{flag}={tp} lays out the host engines of"
-        f" --backend=mcjax; --backend={backend} does not take it (the stock"
-        " backend runs one engine over every device, mcjax_da's rollout"
-        f" hosts do not split theirs yet): use --backend=mcjax or {flag}=1.")
+        message=f"{flag}={tp} lays out the host engines of --backend=mcjax"
+        f" and mcjax_da's rollout hosts; --backend={backend} does not take it"
+        " (the stock backend runs one engine over every device): use"
+        f" --backend=mcjax or {flag}=1.")
   if engine not in ENGINE_TP_ENGINES:
     why = (" drives one in-process vLLM worker, so its tensor_parallel_size"
            " is 1" if engine in ("vllm", TUNIX_VLLM_ENGINE)
