@@ -25,6 +25,9 @@ then far from ties) and a 100-token vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
+import tempfile
 
 from flax import nnx
 import jax
@@ -106,14 +109,27 @@ def _replicated(mesh, params, dtype=None):
       params)
 
 
+def _vllm_dist_files() -> set[str]:
+  return set(glob.glob(os.path.join(tempfile.gettempdir(), "vllm_dist_*")))
+
+
 def _pair(mesh, tied, **options):
+  import torch.distributed  # pylint: disable=g-import-not-at-top
+
   model = _model(tied, seed=11 if tied else 12)
   row_ids = ArrayRowIds()
+  # The first vLLM engine of this process starts torch.distributed through
+  # a rendezvous file vLLM never removes: in the engine's own directory
+  # (removed at close), never in the temp dir.
+  fresh, before = not torch.distributed.is_initialized(), _vllm_dist_files()
   ve = vllm_engine.VllmEngine(
       tokenizer=TOKENIZER, rollout_config=GREEDY,
       context=base.EngineContext(engine_mesh=mesh, initial_model=model,
                                  row_ids=row_ids, seed=5),
       options=vllm_engine.VllmEngineOptions(**options))
+  assert _vllm_dist_files() == before
+  engine_dir = ve._tmpdir.name  # pylint: disable=protected-access
+  assert bool(glob.glob(os.path.join(engine_dir, "vllm_dist_*"))) == fresh
   ne = native.NativeEngine(
       tokenizer=TOKENIZER, rollout_config=GREEDY,
       context=base.EngineContext(engine_mesh=mesh, initial_model=model,
@@ -134,7 +150,9 @@ def sampler_engine(mesh):
   """Default options, except transfer through the host (the other path)."""
   ve, ne, _, row_ids = _pair(mesh, False, transfer="host")
   yield ve, ne, row_ids
+  engine_dir = ve._tmpdir.name  # pylint: disable=protected-access
   ve.close()
+  assert not os.path.exists(engine_dir)
 
 
 def _assert_same_greedy(a, b, tol=1e-4):

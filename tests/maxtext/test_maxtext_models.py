@@ -19,10 +19,13 @@ logits within 1e-5 absolute (observed ~2e-6 on logits of magnitude ~3;
 both sides run the same fp32 math in a different op order).
 """
 
+import os
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 import pytest
 
 from tunix_mcjax.recipes import grpo_job
@@ -138,6 +141,17 @@ def test_pathways_flag_is_refused():
   overrides = dict(maxtext_models.TINY_QWEN3_OVERRIDES, use_pathways=True)
   with pytest.raises(ValueError, match="use_pathways.*Pathways"):
     maxtext_models.maxtext_config(overrides=overrides, vocab_size=VOCAB)
+
+
+def test_config_leaves_xla_flags_alone(monkeypatch):
+  # MaxText's config would set XLA_FLAGS to dump HLO into /tmp/xla_dump,
+  # for every process this one starts.
+  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  maxtext_models.maxtext_config(vocab_size=VOCAB)
+  assert "XLA_FLAGS" not in os.environ
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+  maxtext_models.maxtext_config(vocab_size=VOCAB)
+  assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false"
 
 
 def test_non_qwen3_model_is_refused():

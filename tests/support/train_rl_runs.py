@@ -65,6 +65,9 @@ def run(patched: pathlib.Path, tmp: pathlib.Path, *, rollout_engine: str,
       "max_prefill_predict_length=512", "max_target_length=528",
       "enable_checkpointing=false", f"base_output_directory={tmp / 'out'}",
       "run_name=e2e",
+      # MaxText dumps the train step's HLO when XLA_FLAGS is unset (its
+      # default dump_hlo_xla_flags): here, not in /tmp/xla_dump.
+      f"dump_hlo_local_dir={tmp / 'xla_dump'}/",
   ]
   env = {"DECOUPLE_GCLOUD": "TRUE",
          "PYTHONPATH": f"{patched}{os.pathsep}{launch_utils.REPO_ROOT}"}

@@ -64,6 +64,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import dataclasses
 import os
+import tempfile
 import time
 import types
 from typing import Any
@@ -227,11 +228,11 @@ class VllmEngine(base.Engine):
          for p, x in flat.items()},
         dtype=self._dtype, sharding=self._replicated, device=self._device,
         transfer=self._options.transfer, torch=torch)
-    self._tmpdir = None
-    config_dir = self._options.config_dir
-    if config_dir is None:
-      self._tmpdir = temp_dirs.temporary("tunix_mcjax_vllm_")
-      config_dir = self._tmpdir.name
+    # The engine's own temporary directory (removed at close, swept if the
+    # process dies): the HF config unless options.config_dir is given, and
+    # what vLLM puts in the temp dir while it starts.
+    self._tmpdir = temp_dirs.temporary("tunix_mcjax_vllm_")
+    config_dir = self._options.config_dir or self._tmpdir.name
     eos = self._tokenizer.eos_id()
     qwen3_hf.write_hf_config_dir(
         config_dir,
@@ -313,7 +314,15 @@ class VllmEngine(base.Engine):
     kwargs.update(vllm_options.llm_settings(opts, self._rollout_config,
                                             on_cpu=on_cpu))
     self._check_head_dim(on_cpu)
-    return self._vllm.LLM(**kwargs)
+    # vLLM's single-worker executor rendezvouses through a file it names in
+    # tempfile.gettempdir() (vllm_dist_<uuid>) and never removes: in the
+    # engine's own directory, it goes at close.
+    saved = tempfile.tempdir
+    tempfile.tempdir = self._tmpdir.name
+    try:
+      return self._vllm.LLM(**kwargs)
+    finally:
+      tempfile.tempdir = saved
 
   def _check_head_dim(self, on_cpu: bool) -> None:
     if not on_cpu:
@@ -583,7 +592,7 @@ class VllmEngine(base.Engine):
     return None
 
   def close(self) -> None:
-    """Frees the vLLM engine and removes the temporary config directory."""
+    """Frees the vLLM engine and removes its temporary directory."""
     llm = getattr(self, "_llm", None)
     if llm is not None:
       self._llm = None

@@ -163,7 +163,17 @@ def maxtext_config(
           " (Pathways); the mcjax backend runs one process per host. Drop it."
       )
   argv = ["", base_config] + [_format_override(k, v) for k, v in settings.items()]
-  config = pyconfig.initialize(argv)
+  # MaxText's config sets XLA_FLAGS, when unset, to dump the train step's
+  # HLO into /tmp/xla_dump; this host's JAX has started already, but the
+  # processes it starts would inherit the dumps (and leave the files).
+  xla_flags = os.environ.get("XLA_FLAGS")
+  try:
+    config = pyconfig.initialize(argv)
+  finally:
+    if xla_flags is None:
+      os.environ.pop("XLA_FLAGS", None)
+    else:
+      os.environ["XLA_FLAGS"] = xla_flags
   if config.decoder_block.value != "qwen3":
     raise ValueError(
         f"Only MaxText's dense Qwen3 (decoder_block=qwen3) is mapped to the"
