@@ -46,11 +46,9 @@ import numpy as np
 import pytest
 
 import base_config_fixture
+import cli_runs
 import launch_utils
-import tiny_checkpoint
 
-GSM8K_TRAIN = (launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
-               / "train.jsonl")
 REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
 BATCH, STEPS, GENERATIONS = 4, 2, 2
 # Prompts per training micro-batch and per rollout micro-batch.
@@ -74,17 +72,8 @@ ROLLOUT_WITH_ACTOR = ("rollout_model_config.mesh=null",
 
 @pytest.fixture(scope="module")
 def da_inputs(tmp_path_factory):
-  if not GSM8K_TRAIN.is_file():
-    pytest.skip(f"GSM8K not found at {GSM8K_TRAIN}")
-  root = tmp_path_factory.mktemp("cli_da_inputs")
-  data = root / "gsm8k"
-  data.mkdir()
-  with open(GSM8K_TRAIN) as f:
-    rows = [json.loads(line) for line, _ in zip(f, range(200))]
-  short = [r for r in rows if len(r["question"]) <= 160][:BATCH * STEPS]
-  (data / "train.jsonl").write_text(
-      "".join(json.dumps(r) + "\n" for r in short))
-  return {"model": tiny_checkpoint.write(root / "qwen3_tiny"), "data": data}
+  return cli_runs.short_gsm8k_inputs(tmp_path_factory.mktemp("cli_da_inputs"),
+                                     BATCH * STEPS)
 
 
 def _cli_run(inputs, base_config, out: pathlib.Path, *args: str):

@@ -42,11 +42,10 @@ import sys
 import numpy as np
 import pytest
 
+import cli_runs
 import launch_utils
-import tiny_checkpoint
 from tunix_mcjax import checkpointing
-from cli.test_cli_da import ACTOR_MESH, GSM8K_TRAIN, REWARDS
-from cli.test_cli_resume import _restore
+from cli.test_cli_da import ACTOR_MESH, REWARDS
 
 _BATCH, _STEPS, _EVERY, _GENERATIONS = 2, 4, 2, 2
 _KILL_AFTER_STEP = 3
@@ -58,17 +57,8 @@ _ROLLOUT_MESH = ("rollout_model_config.mesh.shape=(2,1)",
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-  if not GSM8K_TRAIN.is_file():
-    pytest.skip(f"GSM8K not found at {GSM8K_TRAIN}")
-  root = tmp_path_factory.mktemp("cli_da_resume_inputs")
-  data = root / "gsm8k"
-  data.mkdir()
-  with open(GSM8K_TRAIN) as f:
-    rows = [json.loads(line) for line, _ in zip(f, range(200))]
-  short = [r for r in rows if len(r["question"]) <= 160][:_BATCH * _STEPS]
-  (data / "train.jsonl").write_text(
-      "".join(json.dumps(r) + "\n" for r in short))
-  return {"model": tiny_checkpoint.write(root / "qwen3_tiny"), "data": data}
+  return cli_runs.short_gsm8k_inputs(
+      tmp_path_factory.mktemp("cli_da_resume_inputs"), _BATCH * _STEPS)
 
 
 def _command(inputs, base_config, out: pathlib.Path, ckpt: pathlib.Path,
@@ -118,11 +108,7 @@ def _command(inputs, base_config, out: pathlib.Path, ckpt: pathlib.Path,
 
 
 def _run(cmd, env, cwd) -> subprocess.CompletedProcess[str]:
-  launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=_TIMEOUT_S)
-  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
-  return proc
+  return cli_runs.run_ok(cmd, env, cwd, timeout=_TIMEOUT_S)
 
 
 def _records(out: pathlib.Path) -> list[dict]:
@@ -190,14 +176,14 @@ def test_resumed_cli_da_run_equals_the_uninterrupted_one(resume_runs):
     assert [r[key] for r in got_records] == [
         r[key] for r in ref_records[_EVERY:]], key
   last = str(_STEPS)  # One optimizer update per global step.
-  ref_arrays = _restore(ref_ckpt / "actor" / last)
-  got_arrays = _restore(got_ckpt / "actor" / last)
+  ref_arrays = cli_runs.restore_step(ref_ckpt / "actor" / last)
+  got_arrays = cli_runs.restore_step(got_ckpt / "actor" / last)
   assert sorted(ref_arrays) == sorted(got_arrays) and ref_arrays
   assert any(n.startswith("optimizer_state") for n in ref_arrays)
   for name, value in ref_arrays.items():
     np.testing.assert_array_equal(got_arrays[name], value, err_msg=name)
   # The parameters trained: step 2's checkpoint differs from step 4's.
-  step2 = _restore(ref_ckpt / "actor" / str(_EVERY))
+  step2 = cli_runs.restore_step(ref_ckpt / "actor" / str(_EVERY))
   assert any(not np.array_equal(step2[n], v) for n, v in ref_arrays.items()
              if n.startswith("model_params"))
 

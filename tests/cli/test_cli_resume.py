@@ -38,6 +38,7 @@ import sys
 import numpy as np
 import pytest
 
+import cli_runs
 import hand_checkpoints
 import launch_utils
 from tunix_mcjax import checkpointing
@@ -175,11 +176,7 @@ def _command(inputs, out: pathlib.Path, ckpt: pathlib.Path):
 
 
 def _run(cmd, env, cwd) -> subprocess.CompletedProcess[str]:
-  launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=_TIMEOUT_S)
-  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
-  return proc
+  return cli_runs.run_ok(cmd, env, cwd, timeout=_TIMEOUT_S)
 
 
 def _run_killed_after(cmd, env, cwd, out: pathlib.Path, ckpt: pathlib.Path,
@@ -203,23 +200,6 @@ def _train_calls(out: pathlib.Path) -> list[dict]:
   assert len({len(h) for h in per_host}) == 1, [len(h) for h in per_host]
   return [{k: sum((h[i][k] for h in per_host), []) for k in per_host[0][0]}
           for i in range(len(per_host[0]))]
-
-
-def _restore(step_dir: pathlib.Path) -> dict[str, np.ndarray]:
-  """Every array of a checkpoint step (parameters and optimizer state)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-
-  out = {}
-  for item in ("model_params", "optimizer_state"):
-    checkpointer = ocp.PyTreeCheckpointer()
-    tree = checkpointer.metadata(step_dir / item).item_metadata.tree
-    restored = checkpointer.restore(
-        step_dir / item, restore_args=jax.tree_util.tree_map(
-            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))
-    for path, leaf in jax.tree_util.tree_flatten_with_path(restored)[0]:
-      out[item + jax.tree_util.keystr(path)] = np.asarray(leaf)
-  return out
 
 
 @pytest.fixture(scope="module")
@@ -260,13 +240,13 @@ def test_resumed_cli_run_equals_the_uninterrupted_one(resume_runs):
     np.testing.assert_allclose(b["rewards"], a["rewards"], rtol=1e-6,
                                err_msg=str(k))
   last = str(_STEPS)  # One optimizer update per global step.
-  ref_arrays = _restore(ref_ckpt / "actor" / last)
-  got_arrays = _restore(got_ckpt / "actor" / last)
+  ref_arrays = cli_runs.restore_step(ref_ckpt / "actor" / last)
+  got_arrays = cli_runs.restore_step(got_ckpt / "actor" / last)
   assert sorted(ref_arrays) == sorted(got_arrays) and ref_arrays
   for name, value in ref_arrays.items():
     np.testing.assert_array_equal(got_arrays[name], value, err_msg=name)
   # The parameters trained: step 2's checkpoint differs from step 4's.
-  step2 = _restore(ref_ckpt / "actor" / str(_EVERY))
+  step2 = cli_runs.restore_step(ref_ckpt / "actor" / str(_EVERY))
   assert any(not np.array_equal(step2[n], v) for n, v in ref_arrays.items())
 
 

@@ -38,8 +38,8 @@ import sys
 
 import pytest
 
+import cli_runs
 import launch_utils
-import tiny_checkpoint
 
 pytestmark = [pytest.mark.vllm]
 
@@ -48,23 +48,14 @@ pytest.importorskip("vllm")
 REPO = launch_utils.REPO_ROOT
 RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / (
     "run_qwen3_vllm_disagg.sh")
-GSM8K_TRAIN = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 BATCH, STEPS = 4, 2
 
 
 @pytest.fixture(scope="module")
 def recipe_run(base_config, tmp_path_factory):
-  if not GSM8K_TRAIN.is_file():
-    pytest.skip(f"GSM8K not found at {GSM8K_TRAIN}")
   root = tmp_path_factory.mktemp("recipe_vllm_disagg")
-  data = root / "gsm8k"
-  data.mkdir()
-  with open(GSM8K_TRAIN) as f:
-    rows = [json.loads(line) for line, _ in zip(f, range(200))]
-  short = [r for r in rows if len(r["question"]) <= 160][:BATCH * STEPS]
-  (data / "train.jsonl").write_text(
-      "".join(json.dumps(r) + "\n" for r in short))
-  model = tiny_checkpoint.write(root / "qwen3_tiny", head_dim=32)
+  # head_dim 32: vLLM's CPU attention has no kernel for 16.
+  inputs = cli_runs.short_gsm8k_inputs(root, BATCH * STEPS, head_dim=32)
   out = root / "out"
   (out / "cwd").mkdir(parents=True)
   env = launch_utils.launcher_env({
@@ -72,8 +63,8 @@ def recipe_run(base_config, tmp_path_factory):
       "TUNIX_BASE_CONFIG": str(base_config),
       "PYTHON": sys.executable,
       "model_name": "qwen3-tiny",
-      "model_dir": str(model),
-      "data_dir": str(data),
+      "model_dir": str(inputs["model"]),
+      "data_dir": str(inputs["data"]),
       "use_flash_attention": "false",  # A TPU kernel.
       "batch_size": str(BATCH),
       "num_generations": "2",
