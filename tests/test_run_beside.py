@@ -85,13 +85,22 @@ def test_ctrl_c_reaches_both_and_waits_for_their_teardown(tmp_path):
        "sh", "-c", script.format(down[0], up[0]), ":::",
        "sh", "-c", script.format(down[1], up[1])],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      start_new_session=True)
-  deadline = time.monotonic() + 30
-  while not all(p.exists() for p in up):
-    assert time.monotonic() < deadline and proc.poll() is None
-    time.sleep(0.05)
-  # The terminal's Ctrl-C goes to the whole foreground process group.
-  os.killpg(proc.pid, signal.SIGINT)
-  out, err = proc.communicate(timeout=30)
-  assert proc.returncode == 7, (out, err)
-  assert all(p.read_text().strip() == "down" for p in down), (out, err)
+      start_new_session=True,
+      # As from a terminal: a suite started in the background (`make test
+      # &`, nohup) runs with SIGINT ignored, which children inherit and a
+      # non-interactive sh cannot trap.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  try:
+    deadline = time.monotonic() + 30
+    while not all(p.exists() for p in up):
+      assert time.monotonic() < deadline and proc.poll() is None
+      time.sleep(0.05)
+    # The terminal's Ctrl-C goes to the whole foreground process group.
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 7, (out, err)
+    assert all(p.read_text().strip() == "down" for p in down), (out, err)
+  finally:
+    if proc.poll() is None:  # Failed: leave no loop running.
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()

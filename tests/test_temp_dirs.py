@@ -129,3 +129,17 @@ def test_the_package_prefixes_are_the_ones_it_makes(prefix):
   makers = [p for p in root.rglob("*.py")
             if p.name != "temp_dirs.py" and f'"{prefix}' in p.read_text()]
   assert makers, f"no module makes {prefix!r} directories"
+
+
+def test_as_tempdir_points_tempfile_there_inside_the_block(tmp_path):
+  before = tempfile.gettempdir()
+  with temp_dirs.as_tempdir(tmp_path):
+    assert tempfile.gettempdir() == str(tmp_path)
+    made = tempfile.mkstemp()
+    os.close(made[0])
+  assert pathlib.Path(made[1]).parent == tmp_path
+  assert tempfile.gettempdir() == before
+  with pytest.raises(RuntimeError):
+    with temp_dirs.as_tempdir(tmp_path):
+      raise RuntimeError("restored on errors too")
+  assert tempfile.gettempdir() == before

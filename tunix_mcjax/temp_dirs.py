@@ -26,7 +26,8 @@ proves it is ours and abandoned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+import contextlib
 import json
 import os
 import pathlib
@@ -121,3 +122,16 @@ def temporary(prefix: str) -> tempfile.TemporaryDirectory:
   directory = tempfile.TemporaryDirectory(prefix=prefix)
   mark(directory.name)
   return directory
+
+
+@contextlib.contextmanager
+def as_tempdir(path: str | os.PathLike[str]) -> Iterator[None]:
+  """Makes `path` this process's temp dir (`tempfile.gettempdir()`) inside
+  the block: what a library leaves there (vLLM's rendezvous file) then goes
+  with `path`. Not for blocks other threads make temp files during."""
+  saved = tempfile.tempdir
+  tempfile.tempdir = os.fspath(path)
+  try:
+    yield
+  finally:
+    tempfile.tempdir = saved

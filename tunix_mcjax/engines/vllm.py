@@ -64,7 +64,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import dataclasses
 import os
-import tempfile
 import time
 import types
 from typing import Any
@@ -228,9 +227,8 @@ class VllmEngine(base.Engine):
          for p, x in flat.items()},
         dtype=self._dtype, sharding=self._replicated, device=self._device,
         transfer=self._options.transfer, torch=torch)
-    # The engine's own temporary directory (removed at close, swept if the
-    # process dies): the HF config unless options.config_dir is given, and
-    # what vLLM puts in the temp dir while it starts.
+    # The engine's own (removed at close, swept if the process dies): the HF
+    # config unless options.config_dir is given, and vLLM's temp files.
     self._tmpdir = temp_dirs.temporary("tunix_mcjax_vllm_")
     config_dir = self._options.config_dir or self._tmpdir.name
     eos = self._tokenizer.eos_id()
@@ -314,15 +312,10 @@ class VllmEngine(base.Engine):
     kwargs.update(vllm_options.llm_settings(opts, self._rollout_config,
                                             on_cpu=on_cpu))
     self._check_head_dim(on_cpu)
-    # vLLM's single-worker executor rendezvouses through a file it names in
-    # tempfile.gettempdir() (vllm_dist_<uuid>) and never removes: in the
-    # engine's own directory, it goes at close.
-    saved = tempfile.tempdir
-    tempfile.tempdir = self._tmpdir.name
-    try:
+    # vLLM's single-worker executor rendezvouses through a file in the temp
+    # dir (vllm_dist_<uuid>) that it never removes: ours goes at close.
+    with temp_dirs.as_tempdir(self._tmpdir.name):
       return self._vllm.LLM(**kwargs)
-    finally:
-      tempfile.tempdir = saved
 
   def _check_head_dim(self, on_cpu: bool) -> None:
     if not on_cpu:
