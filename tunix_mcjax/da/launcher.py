@@ -112,6 +112,8 @@ _NAMED_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 _ACCELERATORS = ("GPU", "TPU")
 # How long an existing cluster gets to confirm the job's actors are dead.
 _KILL_WAIT_S = 30.0
+# How long rollout hosts get to free their engines after a job ended well.
+_CLOSE_WAIT_S = 20.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -383,6 +385,8 @@ def run_local(task: model_source.TrainerTask, *,
                              devices_per_host=devices_per_host,
                              timeout_s=timeout_s, local=session.local,
                              watch=watch)
+      # Ended well: idle rollout hosts free their engines (else: killed).
+      _close_rollout_hosts(actors[:da.rollout_hosts])
     except Exception as e:
       if (watch is not None and not isinstance(e, ray_waits.RayHeadLost)
           and watch.confirm_lost()):
@@ -544,6 +548,17 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
   return ray_waits.wait_all(
       [t.run.remote(task) for t in trainers], timeout_s=timeout_s,
       what="the trainer hosts to finish the job", names=names, watch=watch)
+
+
+def _close_rollout_hosts(rollouts: list[Any]) -> None:
+  """Lets the rollout hosts free their engines for up to _CLOSE_WAIT_S."""
+  import ray  # pylint: disable=g-import-not-at-top
+
+  try:
+    ray.wait([r.close.remote() for r in rollouts], num_returns=len(rollouts),
+             timeout=_CLOSE_WAIT_S)
+  except Exception:  # pylint: disable=broad-exception-caught
+    pass  # A dead host has nothing to free; _release ends the rest.
 
 
 def _release(actors: list[Any], group: Any, *, wait: bool) -> None:

@@ -102,6 +102,14 @@ class RolloutHost:
                             for k, v in self._mesh.shape.items()},
             "version": self._version}
 
+  def close(self) -> None:
+    """Frees an engine that holds resources outside JAX (vLLM: its process
+    state and temporary directory); the launcher calls it when the job
+    ended well, before it ends the actor."""
+    close = getattr(self._engine, "close", None)
+    if close is not None:
+      close()
+
   def set_weights(self, version: int, flat: Any) -> dict[str, float]:
     """Installs published weights (all, or a LoRA actor's adapters).
 
