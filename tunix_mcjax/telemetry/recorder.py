@@ -157,8 +157,9 @@ class StepTelemetry:
     if self._tracing and meta.step + 1 not in self._trace_steps:
       jax.profiler.stop_trace()  # Traced steps are for reading, not timing.
       self._tracing = False
-      # Writing the trace out is no step's time: the next step starts after.
-      now = time.perf_counter()
+      # Writing the trace out is no step's time: the next step starts after,
+      # so this export (before it) is none of its host work either.
+      now, export_s = time.perf_counter(), 0.0
     self.start_step(meta.step + 1, start=now, carried_export_s=export_s)
 
   def close(self) -> None:

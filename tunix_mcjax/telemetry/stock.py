@@ -205,8 +205,9 @@ class StockClusterRecorder:
     self._sink.write(record)
     export_s = time.perf_counter() - now
     if self._trace(self._cluster.global_steps + 1):
-      # Writing the trace out is no step's time: the next step starts after.
-      now = time.perf_counter()
+      # Writing the trace out is no step's time: the next step starts after,
+      # so this export (before it) is none of its host work either.
+      now, export_s = time.perf_counter(), 0.0
     # The next step starts now; writing this record is its host work.
     self.step_clock.reset(now, export_s)
 
