@@ -77,17 +77,8 @@ def da_inputs(tmp_path_factory):
 
 
 def _cli_run(inputs, base_config, out: pathlib.Path, *args: str):
-  out.mkdir()
-  (out / "rows").mkdir()
-  (out / "cwd").mkdir()
+  env = cli_runs.cli_env(out, base_config)
   model = inputs["model"]
-  env = launch_utils.launcher_env({
-      "TUNIX_BASE_CONFIG": str(base_config),
-      "HF_DATASETS_CACHE": str(out / "hf_datasets"),
-      "HF_HUB_OFFLINE": "1",
-      "CLI_TEST_RECORD_DIR": str(out / "rows"),
-      "JAX_PLATFORMS": "cpu",
-  })
   proc = subprocess.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
        "model_config.model_name=qwen3-tiny", f"model_config.model_id={model}",

@@ -64,17 +64,8 @@ def inputs(tmp_path_factory):
 def _command(inputs, base_config, out: pathlib.Path, ckpt: pathlib.Path,
              *args: str):
   """The CLI command, its env and its working directory."""
-  out.mkdir()
-  (out / "rows").mkdir()
-  (out / "cwd").mkdir()
+  env = cli_runs.cli_env(out, base_config)
   model = inputs["model"]
-  env = launch_utils.launcher_env({
-      "TUNIX_BASE_CONFIG": str(base_config),
-      "HF_DATASETS_CACHE": str(out / "hf_datasets"),
-      "HF_HUB_OFFLINE": "1",
-      "CLI_TEST_RECORD_DIR": str(out / "rows"),
-      "JAX_PLATFORMS": "cpu",
-  })
   cmd = [
       sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
       "model_config.model_name=qwen3-tiny", f"model_config.model_id={model}",

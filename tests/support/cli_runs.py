@@ -78,3 +78,18 @@ def restore_step(step_dir: pathlib.Path) -> dict[str, np.ndarray]:
     for path, leaf in jax.tree_util.tree_flatten_with_path(restored)[0]:
       out[item + jax.tree_util.keystr(path)] = np.asarray(leaf)
   return out
+
+
+def cli_env(out: pathlib.Path, base_config: pathlib.Path) -> dict[str, str]:
+  """Creates `out` with rows/ (the reward recorder's) and cwd/, and returns
+  the offline CPU environment of a CLI run writing there."""
+  out.mkdir()
+  (out / "rows").mkdir()
+  (out / "cwd").mkdir()
+  return launch_utils.launcher_env({
+      "TUNIX_BASE_CONFIG": str(base_config),
+      "HF_DATASETS_CACHE": str(out / "hf_datasets"),
+      "HF_HUB_OFFLINE": "1",
+      "CLI_TEST_RECORD_DIR": str(out / "rows"),
+      "JAX_PLATFORMS": "cpu",
+  })
