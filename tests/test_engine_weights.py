@@ -12,7 +12,12 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""TrainedState: the step's state without Flax's graph walk, never stale."""
+"""TrainedState: the step's state without Flax's graph walk, never stale.
+
+EngineWeights: a step's publication writes the new weights into the native
+engine's buffers of the old ones (one copy of the engine's weights per
+host, never two), and the engine runs on them.
+"""
 
 from flax import nnx
 import jax
@@ -20,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tunix_mcjax import engine_weights
+from tunix_mcjax import tree_paths
 
 
 class _Model(nnx.Module):
@@ -89,3 +95,83 @@ def test_shared_arrays_are_always_walked():
   assert read._picks is None  # pylint: disable=protected-access
   model.tied = nnx.Param(model.a.kernel[...] + 1)
   _assert_same(read(model), nnx.state(model, nnx.Param))
+
+
+def _native_engine(actor, *, reshard_on_update=False):
+  # pylint: disable=g-import-not-at-top
+  from tunix.rl.rollout import base_rollout
+  from tunix_mcjax import runtime
+  from tunix_mcjax.engines import base as engines_base
+  from tunix_mcjax.engines import native
+  from tunix_mcjax.recipes import models
+  # pylint: enable=g-import-not-at-top
+
+  lm = runtime.local_mesh()
+  config = base_rollout.RolloutConfig(max_tokens_to_generate=3,
+                                      max_prompt_length=4)
+  engine = native.NativeEngine(
+      tokenizer=models.ToyTokenizer(), rollout_config=config,
+      context=engines_base.EngineContext(
+          engine_mesh=lm,
+          initial_model=engine_weights.initial_model(actor, None, lm, None),
+          row_ids=engines_base.CounterRowIds(),
+          reshard_on_update=reshard_on_update))
+  return engine, config
+
+
+def _bf16_actor():
+  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
+
+  cfg = models.tiny_qwen3_config(dtype=jnp.bfloat16,
+                                 param_dtype=jnp.bfloat16)
+  return models.create_tiny_model(cfg, seed=3, mesh=runtime.global_mesh())
+
+
+def _pointers(state):
+  return [s.data.unsafe_buffer_pointer() for x in jax.tree.leaves(state)
+          for s in x.addressable_shards]
+
+
+def _live_bytes():
+  seen = {}
+  for a in jax.live_arrays():
+    for s in a.addressable_shards:
+      seen[s.data.unsafe_buffer_pointer()] = s.data.nbytes
+  return sum(seen.values())
+
+
+def test_a_publication_writes_into_the_native_engines_weights():
+  from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
+
+  actor = _bf16_actor()
+  engine, config = _native_engine(actor)
+  weights = engine_weights.EngineWeights(
+      engine, local_mesh=runtime.local_mesh(), spec=None, lora_enabled=False)
+  old = _pointers(nnx.state(engine.model(), nnx.Param))
+  for step in range(2):
+    nnx.update(actor, jax.tree.map(lambda x: x * 1.5 + 0.25,
+                                   nnx.state(actor, nnx.Param)))
+    before = _live_bytes()
+    assert weights.publish(actor) == 1
+    state = nnx.state(engine.model(), nnx.Param)
+    # The new weights sit in the old ones' buffers (each local device's
+    # replica): the host never held two copies of them, nor does now.
+    assert _pointers(state) == old, step
+    assert _live_bytes() == before, step
+    for got, want in zip(jax.tree.leaves(state),
+                         jax.tree.leaves(nnx.state(actor, nnx.Param))):
+      np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    out = engine.generate(["ab", "cd"], config)
+    assert len(out.text) == 2
+
+
+def test_an_engine_that_relays_out_keeps_its_arrays():
+  actor = _bf16_actor()
+  engine, _ = _native_engine(actor, reshard_on_update=True)
+  assert engine.retiring_params() is None
+  plain, _ = _native_engine(actor)
+  flat = plain.retiring_params()
+  assert sorted(map(str, flat)) == sorted(
+      map(str, tree_paths.flat_params(
+          nnx.state(plain.model(), nnx.Param))))

@@ -19,7 +19,10 @@ that publishes every later update (`initial_model`). After that only what
 trains is published (`EngineWeights`): every parameter, or a LoRA actor's
 adapters (as stock Tunix's sync_weights filters by nnx.LoRAParam), in one
 engine update call (O4) or one per parameter. The gather itself is
-`publication.Publisher`'s.
+`publication.Publisher`'s. A one-call publication into an engine that
+installs the arrays as they are (`Engine.retiring_params`: the native
+engine) writes the new weights into the buffers of the ones they replace,
+so a host never holds two copies of its engine's weights.
 """
 
 from __future__ import annotations
@@ -149,10 +152,20 @@ class EngineWeights:
     """
     src = self._trained(model)
     if one_call:
-      self._rollout.update_params(self.publisher(src, wait=False),
-                                  filter_types=self.update_filter)
+      self._rollout.update_params(
+          self.publisher(src, wait=False, reuse=self._retiring()),
+          filter_types=self.update_filter)
       return 1
     return self.publisher.publish_each(src, self._update_one_param)
+
+  def _retiring(self) -> list[jax.Array] | None:
+    """The engine's arrays this publication replaces, in publication order,
+    when the engine lets the gather write into them (`retiring_params`)."""
+    retiring = getattr(self._rollout, "retiring_params", None)
+    flat = None if retiring is None else retiring()
+    if flat is None:
+      return None
+    return [flat[path] for path in self._param_paths]
 
   def _update_one_param(self, index: int, value: jax.Array) -> None:
     """One engine update call carrying one parameter (O4 baseline)."""

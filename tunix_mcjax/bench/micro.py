@@ -141,8 +141,11 @@ def publication_bench(
   flat = jax.jit(lambda: jnp.zeros((total,), dtype),
                  out_shardings=NamedSharding(gm, PartitionSpec("fsdp")))()
   view = publication.host_view_mesh(lm)
-  gather = jax.jit(lambda x: x, out_shardings=NamedSharding(view,
-                                                           PartitionSpec()))
+  whole = NamedSharding(view, PartitionSpec())
+  # As publication gathers (raw bits on CPU, where XLA would widen a
+  # bfloat16 all-gather to float32).
+  gather = jax.jit(lambda x: publication.gather_bits(x, whole),
+                   out_shardings=whole)
 
   def to_local():
     g = gather(flat)

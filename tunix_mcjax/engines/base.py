@@ -124,6 +124,23 @@ class Engine(base_rollout.BaseRollout, abc.ABC):
         the others are kept.
     """
 
+  def retiring_params(self) -> dict[Any, jax.Array] | None:
+    """The arrays the next `update_params` replaces, free to be overwritten.
+
+    A publication may write the new parameters into these buffers (it
+    donates them: `publication.Publisher`'s `reuse`), so that the engine's
+    old weights and the new ones are never alive together. Only for an
+    engine that installs published arrays as they are and holds them
+    nowhere else; after the publication they are deleted, until
+    `update_params` installs the new ones in their place.
+
+    Returns:
+      The current arrays of `publication_target()`'s parameters, by
+      `tree_paths.ParamPath`; or None (the default): the engine keeps its
+      arrays (e.g. it converts published weights into storage of its own).
+    """
+    return None
+
   def publication_target(self) -> Any:
     """The tree the cluster publishes into (names, shapes, dtypes, layout).
 

@@ -251,6 +251,14 @@ class NativeEngine(base.Engine):
       return nnx.state(model, nnx.LoRAParam)
     return nnx.state(model, nnx.Param)
 
+  def retiring_params(self) -> dict[Any, jax.Array] | None:
+    # Published arrays are installed as they are, unless they still go
+    # through a mapping or a relayout here.
+    if self._source_publisher is not None or self._reshard_on_update:
+      return None
+    return dict(zip(self._state_paths,
+                    jax.tree.leaves(self._sampler.transformer_state)))
+
   def generate(
       self,
       prompts: Sequence[str],
