@@ -119,3 +119,30 @@ def test_no_reference_without_beta():
   b = memory_fit.host_memory(memory_fit.QWEN3_0P6B, workload=WORK, hosts=2,
                              devices_per_host=1, reference=False)
   assert b.reference == 0
+
+
+def test_a_donating_publication_holds_only_its_temporaries():
+  shape = memory_fit.QWEN3_0P6B
+  p = shape.params * 2
+  cal = dataclasses.replace(memory_fit.DEFAULT_CALIBRATION,
+                            publish_copies=0.6)
+  b = memory_fit.host_memory(shape, workload=WORK, hosts=2,
+                             devices_per_host=4, engine_tp=2,
+                             calibration=cal)
+  assert b.publish_transient == pytest.approx(0.6 * p / 2)
+  assert b.engine == pytest.approx(p / 2)
+
+
+def test_the_policy_snapshot_is_host_memory_not_the_devices():
+  shape = memory_fit.QWEN3_0P6B
+  p = shape.params * 2
+  b = memory_fit.host_memory(shape, workload=WORK, hosts=2,
+                             devices_per_host=4)
+  assert b.host_snapshot == pytest.approx(p / 8)
+  none = memory_fit.host_memory(
+      shape, workload=WORK, hosts=2, devices_per_host=4,
+      calibration=dataclasses.replace(memory_fit.DEFAULT_CALIBRATION,
+                                      host_snapshot_copies=0.0))
+  assert none.host_snapshot == 0
+  # Not in what a device holds.
+  assert b.peak_per_device == none.peak_per_device

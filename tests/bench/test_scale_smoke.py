@@ -33,8 +33,12 @@ def test_scale_mode_reports_memory_per_host(tmp_path):
       assert h["peak_rss_gib"] >= h["rss_models_built_gib"] > 0
       assert any(": train" in k for k in h["phase_peak_rss_gib"])
       # Every tree the host holds is found among its live buffers.
-      assert {"actor", "optimizer", "reference", "engine"} <= set(
+      assert {"actor", "optimizer", "reference", "engine", "anchor"} <= set(
           h["live_by_tree_gib"])
+      # The job's publication writes into the engine's previous weights and
+      # holds less than one more copy beside them.
+      plan = h["publication_plan"]
+      assert plan["temp_bytes"] < plan["alias_bytes"] <= plan["output_bytes"]
       assert len(h["step_s"]) == scale.SCALE_TINY.steps
       assert h["publish_bytes"] == h["publication"]["bytes"] > 0
       assert h["publication"]["floor_s"] > 0

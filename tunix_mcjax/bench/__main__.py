@@ -23,6 +23,7 @@ r"""Benchmark command line.
                                             # the advisor's predicted steps
   python -m tunix_mcjax.bench --mode=scale  # Qwen3-0.6B memory, 2 hosts,
                                             # log-probs unchunked vs chunked
+  python -m tunix_mcjax.bench --mode=scale --beta=0.04  # with a reference
 
 Exit status: 0 when every arm ran and the report was written, 1 otherwise
 (the report is written either way and names the failed arms).
@@ -48,6 +49,9 @@ _OUT = flags.DEFINE_string("out", "runs/bench", "Output folder.")
 _ARMS = flags.DEFINE_list("arms", [], "Run only these arms (default: all).")
 _STEPS = flags.DEFINE_integer("steps", None, "Override batches per pass.")
 _MICRO = flags.DEFINE_boolean("micro", True, "Run the micro-benchmarks.")
+_BETA = flags.DEFINE_float(
+    "beta", None, "--mode=scale: the GRPO KL weight (default 0: no"
+    " reference model; Tunix's 0.04 gives each host one).")
 _LAUNCHES = flags.DEFINE_integer(
     "launches", None, "Override launches per arm (the verdict needs 3).")
 
@@ -59,6 +63,8 @@ def _main_scale() -> None:
   cfg = scale.SCALE
   if _STEPS.value is not None:
     cfg = dataclasses.replace(cfg, steps=_STEPS.value)
+  if _BETA.value is not None:
+    cfg = dataclasses.replace(cfg, beta=_BETA.value)
   out = pathlib.Path(
       "runs/bench-scale" if _OUT.value == _OUT.default else _OUT.value)
   report = scale.run_scale(cfg, out)

@@ -28,7 +28,12 @@ Every device of a host holds (docs/memory.md):
   [rows, seq or chunk, vocab], times a measured factor for the copies the
   log-softmax, entropy and their gradients make, plus activations, a
   measured bytes-per-token-per-layer-per-width factor), generation's KV
-  cache, or publication's (the gathered new weights beside the old ones).
+  cache, or publication's (its gather's temporaries: the new weights are
+  written into the buffers of the old ones, `Calibration.publish_copies`).
+
+Besides, in host memory ("pinned_host"), Tunix's RLCluster keeps a snapshot
+of the actor's state, P x bytes / N per device (`Breakdown.host_snapshot`):
+not on an accelerator's devices, but in the same memory on CPU.
 
 The two transient factors are calibrated from the scale run's two arms
 (unchunked and chunked log-probs; `calibrate`); everything else is
@@ -135,6 +140,13 @@ class Calibration:
       holds beside the trainer's (measured: live buffers of no known tree).
     engine_extra_copies: further engine-sized copies held after the first
       publication (measured likewise).
+    publish_copies: engine-sized bytes a publication holds beside the
+      engine's weights, per engine copy: 1 when the new weights arrive
+      beside the old ones; with the old ones donated to the gather (the
+      native engine), its temporaries (measured: XLA's plan).
+    host_snapshot_copies: trainer-sharded copies of the actor in host
+      memory: Tunix's RLCluster snapshots the actor's state once
+      (`_anchor_policy_state`, "pinned_host"), 1.
     source: what they were measured on.
   """
 
@@ -142,6 +154,8 @@ class Calibration:
   act_bytes_per_token_layer_width: float
   sharded_extra_copies: float = 0.0
   engine_extra_copies: float = 0.0
+  publish_copies: float = 1.0
+  host_snapshot_copies: float = 1.0
   source: str = ""
 
 
@@ -163,6 +177,9 @@ class Breakdown:
   train_transient: float
   publish_transient: float
   devices_per_host: int
+  # In host memory, not the device's (Tunix's policy snapshot); on CPU the
+  # same memory.
+  host_snapshot: float = 0.0
 
   @property
   def static(self) -> float:
@@ -222,9 +239,10 @@ def host_memory(shape: ModelShape, *, workload: Workload, hosts: int,
       train_transient=(calibration.logits_copies * logits
                        + calibration.act_bytes_per_token_layer_width * act
                        + p - p / n),
-      # The gathered new weights, beside the engine's old ones.
-      publish_transient=p / engine_tp,
-      devices_per_host=devices_per_host)
+      # What the gather holds beside the engine's weights.
+      publish_transient=calibration.publish_copies * p / engine_tp,
+      devices_per_host=devices_per_host,
+      host_snapshot=calibration.host_snapshot_copies * p / n)
 
 
 def calibrate(shape: ModelShape, *, workload: Workload, hosts: int,

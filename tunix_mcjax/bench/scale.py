@@ -217,6 +217,7 @@ def summarize_host(h: dict[str, Any]) -> dict[str, Any]:
       "publish_bytes": last.get("publish_bytes"),
       "finished": h.get("finished", True),
       "publish_s": [(r.get("phases") or {}).get("publish") for r in records],
+      "publication_plan": h.get("publication_plan"),
       "publication": pub and {
           "bytes": pub["bytes"], "one_call_s": pub["one_call_s"],
           "floor_s": pub["floor_s"],
@@ -247,7 +248,10 @@ def _train_peak(h: dict[str, Any]) -> float:
 
 
 def extra_copies(cfg: ScaleConfig, report: dict[str, Any]) -> dict[str, float]:
-  """Copies of no known tree, in trainer-shard and engine units (host 0)."""
+  """Measured copies (host 0): of no known tree, in trainer-shard and
+  engine units; Tunix's policy snapshot ("anchor"), in trainer shards; and
+  what the publication program holds beside the engine's weights, in
+  engine copies (XLA's plan)."""
   hosts = [h for a in report["arms"].values() for h in a["hosts"]]
   if not hosts:
     return {}
@@ -256,9 +260,16 @@ def extra_copies(cfg: ScaleConfig, report: dict[str, Any]) -> dict[str, float]:
   n = cfg.num_hosts * cfg.devices_per_host
   at_build = h["built_by_tree_gib"].get("other", 0.0) * 2**30
   most = max(h["live_by_tree_gib"].get("other", 0.0) * 2**30, at_build)
-  return {"sharded_extra_copies": round(at_build / (p / n), 2),
-          "engine_extra_copies": round((most - at_build)
-                                       / (p * cfg.devices_per_host), 2)}
+  out = {"sharded_extra_copies": round(at_build / (p / n), 2),
+         "engine_extra_copies": round((most - at_build)
+                                      / (p * cfg.devices_per_host), 2),
+         "host_snapshot_copies": round(
+             h["built_by_tree_gib"].get("anchor", 0.0) * 2**30 / (p / n), 2)}
+  plan = next((x["publication_plan"] for x in hosts
+               if x.get("publication_plan")), None)
+  if plan:
+    out["publish_copies"] = round(plan["temp_bytes"] / p, 2)
+  return out
 
 
 def build_report(cfg: ScaleConfig, arms: dict[str, dict[str, Any]],
@@ -337,7 +348,9 @@ def build_report(cfg: ScaleConfig, arms: dict[str, dict[str, Any]],
                                                   chunk=arm["chunk"]),
               hosts=cfg.num_hosts, devices_per_host=cfg.devices_per_host,
               param_bytes=pb, reference=cfg.beta != 0, calibration=c)
-          pred = (b.static + b.grads + b.train_transient) * b.devices_per_host
+          # On CPU the host snapshot is in the same memory as the devices.
+          pred = (b.static + b.grads + b.train_transient
+                  + b.host_snapshot) * b.devices_per_host
           v = _over(h, rss)
           checks[f"{name}, step {step} train"] = {
               "predicted_bytes": pred, "measured_bytes": v,
@@ -355,7 +368,8 @@ def build_report(cfg: ScaleConfig, arms: dict[str, dict[str, Any]],
         "predicted_bytes": {
             "actor": static.trainer_state / 3 * d,
             "optimizer": static.trainer_state * 2 / 3 * d,
-            "reference": static.reference * d, "engine": static.engine * d},
+            "reference": static.reference * d, "engine": static.engine * d,
+            "anchor": static.host_snapshot * d},
         "measured_bytes": {k: v * 2**30 for k, v in
                            hosts[0]["built_by_tree_gib"].items()}
                           if hosts else {}}
@@ -394,6 +408,14 @@ def render_markdown(report: dict[str, Any]) -> str:
                    f" {arm['log']}) | | | | | | | | |")
   for name, arm in report["arms"].items():
     for h in arm["hosts"][:1]:
+      plan = h.get("publication_plan")
+      if plan:
+        lines += ["", f"{name}, host {h['host']}: the publication program"
+                  f" (XLA's plan) holds {plan['temp_bytes'] / 2**30:.3f} GiB"
+                  " of temporaries; it writes"
+                  f" {plan['alias_bytes'] / 2**30:.3f} of its"
+                  f" {plan['output_bytes'] / 2**30:.3f} GiB of output into"
+                  " the engine's previous weights (donated)."]
       lines += ["", f"## {name}, host {h['host']}: peak RSS by phase (GiB)",
                 "", "| phase | peak RSS GiB |", "|---|---|"]
       lines += [f"| {k} | {v:.2f} |"

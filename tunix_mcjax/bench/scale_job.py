@@ -29,8 +29,9 @@ config replaced by the spec's shape (random init, no download). Probes:
   their total and the largest ones, named by the tree they belong to
   (actor parameters, optimizer state, reference, engine weights);
 - after the job (and before freeing anything it used, VmHWM is read
-  first): publication of a tree of the actor's shapes vs the floor of one
-  raw all-gather of the same bytes plus one copy (`micro.publication_bench`).
+  first): XLA's memory plan of the job's publication program, then
+  publication of a tree of the actor's shapes vs the floor of one raw
+  all-gather of the same bytes plus one copy (`micro.publication_bench`).
 
 Writes DIR/host<i>.json on every host.
 """
@@ -179,6 +180,13 @@ class MemoryProbe:
     from flax import nnx  # pylint: disable=g-import-not-at-top
 
     trees = {}
+    # Tunix's RLCluster snapshots the actor's whole state once, in
+    # "pinned_host" memory (host RAM on an accelerator; on CPU the same
+    # memory as the devices'). Named first: a tree below sharing a buffer
+    # with it names that buffer.
+    anchor = getattr(c, "_anchor_policy_state", None)
+    if anchor is not None:
+      trees["anchor"] = anchor
     trainer = getattr(c, "actor_trainer", None)
     if trainer is not None:
       trees["actor"] = nnx.state(trainer.model, nnx.Param)
@@ -261,13 +269,21 @@ def main(argv: Sequence[str]) -> None:
 
   from tunix_mcjax.bench import micro  # pylint: disable=g-import-not-at-top
 
-  shapes = {}
+  shapes, plan = {}, None
   if probe.cluster is not None:
     from flax import nnx  # pylint: disable=g-import-not-at-top
 
     params = nnx.state(probe.cluster.actor_trainer.model, nnx.Param)
     shapes = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in
               jax.tree_util.tree_flatten_with_path(params)[0]}
+    publisher = getattr(probe.cluster, "publisher", None)
+    if publisher is not None:
+      # XLA's plan of the job's own publication program (compiled, not
+      # run): what it holds beside the engine's weights.
+      mem = publisher.memory_analysis(params)
+      plan = {"temp_bytes": mem.temp_size_in_bytes,
+              "output_bytes": mem.output_size_in_bytes,
+              "alias_bytes": mem.alias_size_in_bytes}
     del params
   # Free the job's buffers before the floor allocates the tree again.
   probe.cluster = probe.reference = None
@@ -286,6 +302,7 @@ def main(argv: Sequence[str]) -> None:
       "snapshots": probe.snapshots,
       "records": summary["records"],
       "publication": floor,
+      "publication_plan": plan,
   }
   path = out / f"host{jax.process_index()}.json"
   path.write_text(json.dumps(result, indent=1, default=str))
