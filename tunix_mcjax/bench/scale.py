@@ -80,7 +80,8 @@ class ScaleConfig:
   max_prompt_length: int = 8
   dtype: str = "bfloat16"
   # KL weight: != 0 gives each host a reference model (Tunix's default is
-  # 0.04). The 0.6B run uses 0: with it, 2 hosts need over 14 GiB here.
+  # 0.04; `bench --mode=scale --beta=0.04`). 0 by default: the 0.6B run's
+  # 2 hosts peak at 16.9 GiB together without one, 19.2 GiB with one.
   beta: float = 0.0
   chunk_sizes: tuple[int | None, ...] = (None, 16)
   floor_repeats: int = 2
