@@ -39,87 +39,13 @@ undocumented upstream name outside compat.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import inspect
-import re
-from typing import Any
-
-KINDS = ("attr", "source", "literal")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TouchPoint:
-  """One upstream name we rely on.
-
-  Attributes:
-    module: import path of the upstream module.
-    attr: dotted attribute path inside `module` ("" for the module itself).
-    kind: one of KINDS.
-    needle: the text that must occur, for kinds "source" and "literal".
-    wrapper: the `tunix_mcjax.compat` module that wraps this name.
-    why: what we use it for, and the public hook that would replace it.
-    optional_dependency: a package that may be absent here (e.g.
-      "tpu_inference"); the row is then skipped, not failed.
-  """
-
-  module: str
-  attr: str
-  kind: str = "attr"
-  needle: str = ""
-  wrapper: str
-  why: str
-  optional_dependency: str | None = None
-
-  def __post_init__(self):
-    if self.kind not in KINDS:
-      raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-    if self.kind != "attr" and not self.needle:
-      raise ValueError(f"kind {self.kind!r} needs a needle ({self.attr}).")
-
-
-_PRIVATE = re.compile(r"(?<![A-Za-z0-9_])_[A-Za-z][A-Za-z0-9_]*")
-
-
-def private_names(row: TouchPoint) -> set[str]:
-  """The private identifiers a row names (in `attr` or `needle`)."""
-  names = set(_PRIVATE.findall(row.attr)) | set(_PRIVATE.findall(row.needle))
-  return {n for n in names if not n.endswith("__")}
-
-
-def resolve(row: TouchPoint) -> Any:
-  """Imports `row.module` and returns `module.attr` (AttributeError if not)."""
-  obj = importlib.import_module(row.module)
-  for part in row.attr.split(".") if row.attr else ():
-    obj = getattr(obj, part)
-  return obj
-
-
-def problem(row: TouchPoint) -> str | None:
-  """Why `row` does not hold for the installed packages; None if it does.
-
-  Raises:
-    ImportError: when `row.module` cannot be imported.
-  """
-  where = f"{row.module}.{row.attr}" if row.attr else row.module
-  try:
-    obj = resolve(row)
-  except AttributeError as e:
-    return f"{where} does not resolve ({e})."
-  if row.kind == "attr":
-    return None
-  target = obj if row.kind == "source" else importlib.import_module(
-      row.module
-  )
-  try:
-    source = inspect.getsource(target)
-  except (OSError, TypeError) as e:
-    return f"the source of {where} cannot be read ({e})."
-  if row.needle not in source:
-    scope = where if row.kind == "source" else row.module
-    return f"{row.needle!r} no longer occurs in {scope}."
-  return None
-
+# pylint: disable=unused-import
+from tunix_mcjax.compat.touch_point import KINDS
+from tunix_mcjax.compat.touch_point import TouchPoint
+from tunix_mcjax.compat.touch_point import private_names
+from tunix_mcjax.compat.touch_point import problem
+from tunix_mcjax.compat.touch_point import resolve
+# pylint: enable=unused-import
 
 _RL = "tunix.rl.rl_cluster"
 _UTILS = "tunix.rl.utils"
@@ -263,6 +189,19 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         needle="completions/mean_length",
         wrapper="compat.metric_keys.COMPLETION_LEN_MEAN",
         why="the learner's mean completion length, read into our records.",
+    ),
+    TouchPoint(
+        module="tunix.rl.reward_manager", attr="", kind="literal",
+        needle='prefix="trajectory_rewards"',
+        wrapper="compat.metric_keys.AGENTIC_REWARD_MEAN",
+        why="the agentic learner's mean trajectory reward (its reward"
+        " manager logs <prefix>/mean), read into our records.",
+    ),
+    TouchPoint(
+        module="tunix.rl.agentic.agentic_grpo_learner", attr="",
+        kind="literal", needle="generation/completions/mean_length",
+        wrapper="compat.metric_keys.AGENTIC_COMPLETION_LEN_MEAN",
+        why="the agentic learner's mean completion length (our records).",
     ),
     # --- tunix.generate.sampler: the native engine's sampling step --------
     TouchPoint(
