@@ -133,6 +133,9 @@ class _FakeStockCluster:
   def get_old_per_token_logps(self, *args, **kwargs):
     return None
 
+  def get_actor_per_token_logps(self, *args, **kwargs):
+    return None
+
   def update_actor(self, *args, **kwargs):
     return None
 
@@ -141,6 +144,9 @@ class _FakeStockCluster:
 
   def buffer_metrics(self, metrics, mode="train"):
     del metrics, mode
+
+  def buffer_metrics_async(self, metrics, mode="train", step=0):
+    del metrics, mode, step
 
 
 def test_stock_and_mcjax_records_share_one_schema(tmp_path, monkeypatch):

@@ -448,6 +448,8 @@ class TrainEvalRowIds:
     self.evaluation = evaluation
     self._evaluating = 0
     self._lock = threading.Lock()
+    # An agent turn's identity, set around its generate call.
+    self._fixed = threading.local()
 
   @contextlib.contextmanager
   def evaluating(self) -> Iterator[None]:
@@ -466,7 +468,25 @@ class TrainEvalRowIds:
     with self._lock:
       return self._evaluating > 0
 
+  @contextlib.contextmanager
+  def fixed(self, ids: np.ndarray) -> Iterator[None]:
+    """This thread's next take returns `ids` (one agent turn's identity,
+    `agent_turns`), from no ledger."""
+    self._fixed.ids = ids
+    try:
+      yield
+    finally:
+      self._fixed.ids = None
+
   def take(self, num_rows: int) -> np.ndarray:
+    ids = getattr(self._fixed, "ids", None)
+    if ids is not None:
+      if ids.shape[0] != num_rows:
+        raise RuntimeError(
+            f"The engine asked for {num_rows} rows in an agent turn of"
+            f" {ids.shape[0]}.")
+      self._fixed.ids = None
+      return ids
     with self._lock:
       evaluating = self._evaluating > 0
     if not evaluating:
@@ -515,5 +535,17 @@ def route_eval_generate(cluster: Any, row_ids: TrainEvalRowIds) -> None:
       with row_ids.evaluating():
         return inner(*args, **kwargs)
     return inner(*args, **kwargs)
+
+  cluster.generate = generate
+
+
+def route_agent_turns(cluster: Any, turns: Any) -> None:
+  """Makes a stock cluster's agent turns take `turns`' identities
+  (`agent_turns.AgentTurns`), as the mcjax cluster does itself."""
+  inner = cluster.generate
+
+  def generate(prompts, *args, **kwargs):
+    with turns.around(kwargs.get("trace_tags"), prompts):
+      return inner(prompts, *args, **kwargs)
 
   cluster.generate = generate

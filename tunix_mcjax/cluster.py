@@ -60,6 +60,7 @@ from tunix.rl import utils as rl_utils
 from tunix.sft import utils as sft_utils
 
 from tunix_mcjax import admission as admission_lib
+from tunix_mcjax import agent_turns
 from tunix_mcjax import checkpointing
 from tunix_mcjax import cluster_options
 from tunix_mcjax import compat
@@ -222,6 +223,9 @@ class McJaxRLCluster(compat.RLCluster):
     if self.actor_trainer.train_steps:
       self.global_steps = self.checkpoints.resume(
           self.actor_trainer, self._publish_restored)
+    self.agent_turns = agent_turns.AgentTurns(
+        self.ledger, self._row_ids, first_step=self.global_steps)
+    self._updates_at_sync = self.actor_trainer.train_steps
     opts = self.options.optimizations
     self.exporter = host_optimizations.MetricsExporter(
         asynchronous=opts.async_metrics
@@ -416,15 +420,13 @@ class McJaxRLCluster(compat.RLCluster):
         self._row_ids.evaluating() if mode == Mode.EVAL
         else self.step_clock.phase("generate")
     )
-    with scope, self._guarded():
+    # Tunix's agentic learner: one conversation per call, from its threads.
+    with self.agent_turns.around(trace_tags, prompts), scope, (
+        self._guarded()):
       out = super().generate(
-          prompts,
-          apply_chat_template=apply_chat_template,
-          mode=mode,
-          micro_batch_size=micro_batch_size,
-          trace_tags=trace_tags,
-          max_generation_steps=max_generation_steps,
-      )
+          prompts, apply_chat_template=apply_chat_template, mode=mode,
+          micro_batch_size=micro_batch_size, trace_tags=trace_tags,
+          max_generation_steps=max_generation_steps)
     if mode == Mode.TRAIN:
       self.step_clock.add_generation(telemetry.generation_stats(
           out,
@@ -467,23 +469,18 @@ class McJaxRLCluster(compat.RLCluster):
     # The local engine holds the policy that sampled; rows stay local.
     with self.step_clock.phase("logps"), self._guarded():
       return super().get_old_per_token_logps(
-          prompt_tokens, completion_tokens, micro_batch_size=micro_batch_size
-      )
+          prompt_tokens, completion_tokens, micro_batch_size=micro_batch_size)
 
-  # Tunix's stock sync_weights also snapshots the whole policy into host
-  # memory every step (`_anchor_policy_state`); only this method reads that
-  # snapshot, so mcjax refreshes none while it is refused.
-  # Tunix's GRPO, DAPO and Dr.GRPO learners do not call it (their old
-  # log-probs come from the engine: `get_old_per_token_logps`); its caller is
-  # the agentic learner (training_mode=agentic_grpo), refused by the rules.
-  def get_actor_per_token_logps(self, *args, **kwargs):
-    raise NotImplementedError(
-        "get_actor_per_token_logps (trainer-side log-probs under the anchor"
-        " policy, used by Tunix's agentic GRPO learner,"
-        " training_mode=agentic_grpo) is not supported by mcjax yet; use"
-        " GRPOLearner, DAPOLearner or DrGRPOLearner (num_iterations > 1 takes"
-        " old log-probs from the host's engine)."
-    )
+  # Tunix's agentic learner's (`agent_turns`); no host-memory snapshot.
+  def get_actor_per_token_logps(self, prompt_tokens, completion_tokens,
+                                pad_id, eos_id, micro_batch_size=None,
+                                temperature=None):
+    with self._guarded(), self._get_mesh_and_logical_axis_rules_cm(
+        Role.ACTOR):
+      return agent_turns.actor_per_token_logps(
+          self, prompt_tokens, completion_tokens, pad_id=pad_id,
+          eos_id=eos_id, micro_batch_size=micro_batch_size,
+          temperature=temperature, updates_at_sync=self._updates_at_sync)
 
   def update_actor(self, train_ds, eval_ds, skip_jit=False):
     to_global = lambda batch: [jax.tree.map(self._to_global, e) for e in batch]
@@ -501,6 +498,11 @@ class McJaxRLCluster(compat.RLCluster):
     if mode == Mode.TRAIN:
       self.step_clock.add_learner_metrics(metrics)
     return super().buffer_metrics(metrics, mode=mode)
+
+  def buffer_metrics_async(self, metrics, mode=Mode.TRAIN, step=0):
+    if mode == Mode.TRAIN:  # Tunix's agentic learner.
+      self.step_clock.add_learner_metrics(metrics)
+    return super().buffer_metrics_async(metrics, mode=mode, step=step)
 
   def sync_weights(self):
     """Publishes the trainer's weights into every host's engine."""
@@ -522,6 +524,7 @@ class McJaxRLCluster(compat.RLCluster):
             self.actor_trainer.model,
             one_call=self.options.optimizations.publish_in_one_call)
     self.global_steps += 1
+    self._updates_at_sync = self.actor_trainer.train_steps
     self.step_clock.overhead["gc"] += self.gc_policy.after_step(
         self.global_steps
     )

@@ -182,6 +182,17 @@ class StepLedger:
       entry.taken += num_rows
     return out.copy()
 
+  def mark_taken(self, batch: int, num_rows: int) -> None:
+    """Counts `num_rows` rows of open batch `batch` as generated, for engines
+    keyed by another source (`agent_turns`: one agent turn at a time)."""
+    with self._lock:
+      entry = next((e for e in self._open if e.batch == batch), None)
+      if entry is None or num_rows > entry.rows_left:
+        raise RuntimeError(
+            f"{num_rows} rows of batch {batch} were generated, but admission"
+            f" has {'no such batch open' if entry is None else f'{entry.rows_left} of its rows left'}.")
+      entry.taken += num_rows
+
   def close_step(self) -> ClosedStep:
     """Closes the oldest batch: the learner step that used it has ended."""
     with self._lock:

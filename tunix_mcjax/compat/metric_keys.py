@@ -24,5 +24,10 @@ tests/test_compat.py instead of silently emptying our records.
 REWARD_MEAN = "rewards/score/mean"
 # Mean completion length in tokens (GRPOLearner).
 COMPLETION_LEN_MEAN = "completions/mean_length"
+# The same from Tunix's agentic GRPO learner (agentic_grpo_learner.py): the
+# environments' trajectory rewards (what the reward manager sums with any
+# reward functions'), and the completion length (every model turn).
+AGENTIC_REWARD_MEAN = "trajectory_rewards/mean"
+AGENTIC_COMPLETION_LEN_MEAN = "generation/completions/mean_length"
 # The metrics mode Tunix buffers training metrics under.
 TRAIN_MODE = "train"

@@ -385,7 +385,8 @@ class RemoteEngine(engine_base.Engine):
                rollout_config: base_rollout.RolloutConfig,
                **kwargs: Any) -> base_rollout.RolloutOutput:
     del kwargs
-    prompts = list(prompts)
+    # A string is one prompt (an agent turn of Tunix's agentic learner).
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     ids = engine_base.check_row_ids(self._row_ids.take(len(prompts)))
     if getattr(self._row_ids, "is_evaluating", False):
       # Evaluation: with the latest policy, outside the training schedule.

@@ -486,7 +486,8 @@ class VllmEngine(base.Engine):
     """
     del kwargs
     self._check_complete()
-    prompts = list(prompts)
+    # A string is one prompt (an agent turn of Tunix's agentic learner).
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     num_rows = len(prompts)
     if num_rows == 0:
       raise ValueError("Cannot generate from an empty list of prompts.")

@@ -197,6 +197,8 @@ def train_rollout_config(cfg: GrpoJobConfig) -> Any:
           cfg.lora_config() if cfg.engine == "vllm" else None),
       # vLLM's share of the GPU (JAX's is set before its backend starts).
       rollout_vllm_hbm_utilization=cfg.engine_memory_fraction,
+      # Tunix's agentic learner trains on the sampler's log-probs.
+      return_logprobs=cfg.learner == "agentic_grpo",
   )
 
 
@@ -206,8 +208,15 @@ def _needs_reference(cfg: GrpoJobConfig) -> bool:
   return cfg.beta != 0.0 or cfg.learner == "dapo"
 
 
-def _learner(cfg: GrpoJobConfig, cluster: Any, reward_fns: Any) -> Any:
+def _learner(cfg: GrpoJobConfig, cluster: Any, reward_fns: Any,
+             dump: Any) -> Any:
   """Tunix's learner named by `cfg.learner`, configured as stock."""
+  if cfg.learner == "agentic_grpo":
+    from tunix_mcjax.recipes import agentic_tasks  # pylint: disable=g-import-not-at-top
+
+    return agentic_tasks.learner(
+        cfg, cluster, reward_fns,
+        recorder=None if dump is None else dump.agent_rows)
   # pylint: disable=g-import-not-at-top
   from tunix.rl.grpo import dapo_learner
   from tunix.rl.grpo import drgrpo_learner
@@ -372,6 +381,11 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       max_steps=total_steps * cfg.updates_per_batch() * cfg.num_iterations,
       mini_batch_size=cfg.mini_batch_size,
       train_micro_batch_size=cfg.micro_batch_size,
+      # The agentic learner then computes log-probs where it trains (on its
+      # main thread, as mcjax needs: agent_turns).
+      compute_logps_micro_batch_size=(
+          (cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size)
+          if cfg.learner == "agentic_grpo" else None),
       max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
       **batch_sharding,
       # Tunix's trainer saves (and restores) the actor; mcjax adds the resume
@@ -472,6 +486,12 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
         take_rows=cfg.engine == "vanilla",
     )
     train_ds = stock.train.shard(batches)
+    if cfg.learner == "agentic_grpo":
+      from tunix_mcjax import agent_turns  # pylint: disable=g-import-not-at-top
+      from tunix_mcjax import admission  # pylint: disable=g-import-not-at-top
+
+      admission.route_agent_turns(cluster, agent_turns.AgentTurns(
+          stock.train.ledger, stock.row_ids, first_step=cluster.global_steps))
     eval_ds = None
     if eval_batches is not None:
       stock.route_eval(cluster)
@@ -479,7 +499,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
   # Both clusters expose their step clock: reward scoring is its own phase.
   reward_fns = telemetry.timed_reward_fns(reward_fns, cluster.step_clock)
 
-  learner = _learner(cfg, cluster, reward_fns)
+  learner = _learner(cfg, cluster, reward_fns, dump)
   if dump is not None:
     dump.before_training(cluster)
   chunked = None

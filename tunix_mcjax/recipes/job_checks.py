@@ -154,6 +154,13 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
         num_iterations=cfg.num_iterations,
         max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
         trainer_hosts=cfg.trainer_hosts))
+  if cfg.learner == "agentic_grpo" and cfg.backend == "mcjax":
+    micro = cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size
+    if micro < 2 * num_hosts:
+      problems.append(
+          f"--learner=agentic_grpo needs micro-batches of at least 2 prompts"
+          f" per host: --micro_batch_size={micro} over {num_hosts} hosts;"
+          f" use at least {2 * num_hosts}.")
   if cfg.backend in ("mcjax", "mcjax_da"):
     for name, value in (("batch_size", cfg.batch_size),
                         ("mini_batch_size", cfg.mini_batch_size),
@@ -176,8 +183,8 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
           problems.append(f"--eval_every evaluates on {str(test)!r}, which"
                           " does not exist; put the test split next to the"
                           " training file or drop --eval_every.")
-  elif cfg.dataset != "toy":
-    problems.append(f"--dataset={cfg.dataset!r} is not 'toy' or"
+  elif cfg.dataset not in ("toy", "calc"):
+    problems.append(f"--dataset={cfg.dataset!r} is not 'toy', 'calc' or"
                     " 'gsm8k:PATH'.")
   if cfg.model != "tiny":
     problems.extend(_model_dir_problems(cfg.model, trainer=cfg.trainer))

@@ -109,7 +109,8 @@ class GrpoJobConfig:
   model: str = _field(
       "tiny", "'tiny' or a local Hugging Face Qwen3 checkpoint dir.")
   dataset: str = _field(
-      "toy", "'toy' or 'gsm8k:PATH' (a GSM8K jsonl file).")
+      "toy", "'toy', 'gsm8k:PATH' (a GSM8K jsonl file) or 'calc' (a"
+      " two-turn tool task for --learner=agentic_grpo).")
   dtype: str = _field(
       "float32", "Parameters and activations (optimizer moments follow the"
       " parameters, as in Tunix); real checkpoints and accelerators use"
@@ -175,8 +176,12 @@ class GrpoJobConfig:
   # Tunix's learner: GRPOLearner, DAPOLearner or DrGRPOLearner; and GRPO's
   # num_iterations (mu; > 1 takes old log-probs from the rollout engine).
   learner: str = _field(
-      "grpo", "Tunix learner: GRPOLearner, DAPOLearner (needs --beta=0) or"
-      " DrGRPOLearner.", choices=rules.LEARNERS)
+      "grpo", "Tunix learner: GRPOLearner, DAPOLearner (needs --beta=0),"
+      " DrGRPOLearner, or the agentic GRPOLearner (multi-turn agents;"
+      " --dataset=calc).", choices=rules.LEARNERS)
+  # The agentic learner's concurrent agents per host (Tunix's default).
+  max_concurrency: int = _field(
+      16, "--learner=agentic_grpo: agents run concurrently per host.")
   num_iterations: int = _field(
       1, "GRPO's num_iterations (mu); > 1 takes old log-probs from the"
       " engine.")
@@ -510,6 +515,9 @@ class GrpoJobConfig:
       if value < 1 or whole % value:
         raise ValueError(f"{name}={value} must be >= 1 and divide {whole}.")
     self._check_packing()
+    from tunix_mcjax.recipes import agentic_tasks  # pylint: disable=g-import-not-at-top
+
+    agentic_tasks.check_job_config(self, mini=mini, micro=micro)
     if self.backend == "mcjax":
       # O3 with accumulation: the rules admission and the cluster apply on
       # every host, checked here before any host starts.

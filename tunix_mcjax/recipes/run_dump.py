@@ -42,6 +42,9 @@ class RunDump:
     self.calls: list[dict[str, Any]] = []
     self.eval_calls: list[dict[str, Any]] = []
     self.learner_log = LearnerMetricsLog()
+    # The agentic task's trajectories (`agentic_tasks`), as its
+    # environments finish them.
+    self.agent_rows: list[dict[str, Any]] = []
     self._init_params: Any = None
 
   def reward_fns(self, reward_fns: Any) -> list[Any]:
@@ -84,6 +87,9 @@ class RunDump:
     params = publication.gathered_params(cluster.actor_trainer.model)
     os.makedirs(self.out_dir, exist_ok=True)
     self._json(f"rollouts_host{host}.json", self.calls)
+    if self.agent_rows:
+      self._json(f"agent_rows_host{host}.json", sorted(
+          self.agent_rows, key=lambda r: (r["prompt_index"], r["pair"])))
     if self.eval_calls:
       self._json(f"eval_rollouts_host{host}.json", self.eval_calls)
     layout = _engine_layout(cluster.rollout)

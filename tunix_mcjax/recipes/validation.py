@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from tunix_mcjax import rewards_pool
+from tunix_mcjax.recipes import agentic_tasks
 from tunix_mcjax.recipes import tasks
 
 # The batch fields the built-in rewards read.
@@ -298,8 +299,12 @@ def prepare_dataset(
           batches=batches,
           reward_fns=[tasks.gsm8k_answer_reward, tasks.gsm8k_format_reward],
           dropped=len(long_rows), rows=len(rows))
-    batches, reward_fns = tasks.dataset_from_spec(
-        spec, batch_size=batch_size, num_batches=num_batches, seed=seed)
+    if spec == "calc":
+      batches, reward_fns = agentic_tasks.calc_dataset(
+          num_batches=num_batches, batch_size=batch_size, seed=seed), []
+    else:
+      batches, reward_fns = tasks.dataset_from_spec(
+          spec, batch_size=batch_size, num_batches=num_batches, seed=seed)
   except InputError:
     raise
   except (ValueError, OSError) as e:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from tunix_mcjax.rules.problem import Problem
 
-# Learners mcjax runs (Tunix's GRPO family); PPO needs a critic model.
-LEARNERS = ("grpo", "dapo", "drgrpo")
+# Learners mcjax runs (Tunix's GRPO family, and its agentic GRPO learner);
+# PPO needs a critic model.
+LEARNERS = ("grpo", "dapo", "drgrpo", "agentic_grpo")
 
 # Roles whose models mcjax does not run (GRPO needs none of them).
 UNSUPPORTED_ROLES = ("critic", "reward")
@@ -31,8 +32,10 @@ def training_mode(mode: str) -> Problem | None:
   if mode == "grpo":
     return None
   return Problem(
-      message=f"training_mode={mode!r}: mcjax runs standard GRPO"
-      " (training_mode=grpo) only; agentic GRPO is not supported yet.",
+      message=f"training_mode={mode!r}: mcjax's CLI runs standard GRPO"
+      " (training_mode=grpo) only; agentic GRPO is not supported through"
+      " the CLI yet (the example runs it: --learner=agentic_grpo,"
+      " docs/agentic.md).",
       error=NotImplementedError,
   )
 

@@ -233,9 +233,13 @@ class StepClock:
 
   def add_learner_metrics(self, metrics: Mapping[str, Any]) -> None:
     """Reads the mean reward and completion length a learner buffers."""
-    for key, into in ((metric_keys.REWARD_MEAN, self.reward_means),
-                      (metric_keys.COMPLETION_LEN_MEAN, self.len_means)):
-      if key in metrics:
+    for keys, into in (
+        ((metric_keys.REWARD_MEAN, metric_keys.AGENTIC_REWARD_MEAN),
+         self.reward_means),
+        ((metric_keys.COMPLETION_LEN_MEAN,
+          metric_keys.AGENTIC_COMPLETION_LEN_MEAN), self.len_means)):
+      key = next((k for k in keys if k in metrics), None)
+      if key is not None:
         into.append(float(np.mean(metrics[key][0])))
 
   def finish(self, now: float, admission_s: float) -> float:

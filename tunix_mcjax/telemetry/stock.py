@@ -98,6 +98,7 @@ class StockClusterRecorder:
     self._wrap("generate", "generate", self._after_generate)
     self._wrap("get_ref_per_token_logps", "logps")
     self._wrap("get_old_per_token_logps", "logps")
+    self._wrap("get_actor_per_token_logps", "logps")
     self._wrap("update_actor", "train", self._after_update,
                before=self._before_update)
     self._wrap("sync_weights", "publish", self._after_sync)
@@ -112,6 +113,16 @@ class StockClusterRecorder:
       return buffer_metrics(metrics, mode=mode)
 
     cluster.buffer_metrics = buffer_and_read
+    # Tunix's agentic learner buffers its metrics with a step of their own.
+    buffer_async = cluster.buffer_metrics_async
+
+    @functools.wraps(buffer_async)
+    def buffer_async_and_read(metrics, mode=compat.Mode.TRAIN, step=0):
+      if str(mode) == metric_keys.TRAIN_MODE:
+        self.step_clock.add_learner_metrics(metrics)
+      return buffer_async(metrics, mode=mode, step=step)
+
+    cluster.buffer_metrics_async = buffer_async_and_read
     self._trace(cluster.global_steps + 1)
 
   def _trace(self, next_step: int) -> bool:

@@ -1,0 +1,212 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""What Tunix's agentic GRPO learner needs from a cluster, for mcjax.
+
+Tunix's `AgenticGRPOLearner` (training_mode=agentic_grpo) runs one agent per
+(prompt, sample) and calls `generate` once per agent turn, with one
+conversation, from up to `max_concurrency` threads; the call's `trace_tags`
+name the agent's group (the prompt's position in the learner's prompt
+stream) and its pair index (the sample). `AgentTurns` turns that into a row
+identity for the engine, (global prompt index, pair index + G x turn), so
+that every turn of every agent draws its own sampling noise whatever host,
+thread or order generates it: the mcjax hosts and the stock single
+controller sample the same conversations. It also serialises the turns on
+the host's engine (the engines are not re-entrant).
+
+`actor_per_token_logps` is the trainer-side log-prob pass the learner asks
+for (`get_actor_per_token_logps`): Tunix computes it under a host-memory
+snapshot of the policy taken at every weight sync; mcjax uses the live
+trainer state, which is that policy as long as no optimizer update happened
+since the sync, and refuses otherwise (several updates per batch).
+
+Multi-controller discipline: that pass and the reference pass are global
+programs, so they must be issued on the learner's main thread, in the same
+order on every host. Tunix's agentic learner does so when it builds its
+micro-batches in the consumer (compute_logps_micro_batch_size equal to
+train_micro_batch_size); called from its rollout thread they would
+interleave with the train step differently on every host, so that is an
+error naming the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+import contextlib
+import threading
+from typing import Any
+
+import numpy as np
+
+from tunix_mcjax import ledger as ledger_lib
+
+# Tunix's trace tag names (tunix.perf.experimental.constants).
+GROUP_ID = "group_id"
+PAIR_INDEX = "pair_index"
+
+
+class AgentTurns:
+  """Row identities of agent turns, from the learner's trace tags.
+
+  The learner numbers groups from `global_steps x batch` on, in the order it
+  draws prompts; so group g is prompt g mod B of step g // B, where B is the
+  host's prompts per batch, whose identities admission recorded in `ledger`
+  (`first_step`: the global step of the ledger's first batch, i.e. the
+  resumed step). An agent's first turn takes its row from the ledger (so a
+  step closes only when every admitted row was generated); turn t keys its
+  noise as sample `pair + G x t`.
+  """
+
+  def __init__(self, ledger: ledger_lib.StepLedger, fixed_ids: Any, *,
+               first_step: int):
+    self._ledger = ledger
+    self._fixed_ids = fixed_ids
+    self._first_step = int(first_step)
+    self._turns: dict[tuple[int, int], int] = {}
+    # One turn at a time on this host's engine.
+    self._lock = threading.Lock()
+
+  @staticmethod
+  def is_turn(trace_tags: Any) -> bool:
+    """Whether a generate call is an agent's turn (it names its agent)."""
+    return bool(trace_tags) and GROUP_ID in trace_tags and (
+        PAIR_INDEX in trace_tags)
+
+  def around(self, trace_tags: Any, prompts: Any) -> Any:
+    """`turn(...)` for an agent's turn, else nothing (any other call);
+    `prompts`: the call's (one rendered conversation, or a list)."""
+    if self.is_turn(trace_tags):
+      return self.turn(
+          trace_tags, 1 if isinstance(prompts, str) else len(prompts))
+    return contextlib.nullcontext()
+
+  @contextlib.contextmanager
+  def turn(self, trace_tags: Any, num_prompts: int) -> Iterator[None]:
+    """Serialises one agent turn and fixes its row identity for the engine."""
+    if num_prompts != 1:
+      raise ValueError(
+          f"An agent turn generated {num_prompts} conversations in one call;"
+          " Tunix's agentic learner sends one, and mcjax keys each turn's"
+          " sampling by its agent.")
+    with self._lock:
+      ids = self._identity(int(trace_tags[GROUP_ID]),
+                           int(trace_tags[PAIR_INDEX]))
+      with self._fixed_ids.fixed(ids):
+        yield
+
+  def _identity(self, group: int, pair: int) -> np.ndarray:
+    entries = self._ledger.entries
+    if not entries:
+      raise RuntimeError(
+          f"An agent turn of group {group} came with no admitted batch open:"
+          " feed the agentic learner the dataset returned by"
+          " `cluster.shard_dataset(...)`.")
+    per_batch = entries[0].row_ids.shape[0]
+    num_generations = int(entries[0].row_ids[:, 1].max()) + 1
+    prompts = per_batch // num_generations
+    step, index = divmod(group, prompts)
+    batch = step - self._first_step
+    entry = next((e for e in entries if e.batch == batch), None)
+    if entry is None or pair >= num_generations:
+      raise RuntimeError(
+          f"Agent turn of group {group}, pair {pair}: no admitted row (open"
+          f" batches {[e.batch for e in entries]}, {prompts} prompts x"
+          f" {num_generations} samples each, first step {self._first_step}).")
+    row = entry.row_ids[index * num_generations + pair].copy()
+    key = (group, pair)
+    turn = self._turns.get(key, 0)
+    self._turns[key] = turn + 1
+    if turn == 0:
+      self._ledger.mark_taken(entry.batch, 1)
+    else:
+      row[1] += num_generations * turn
+    # Agents of closed batches take no more turns.
+    for old in [k for k in self._turns if k[0] < group - 4 * prompts]:
+      del self._turns[old]
+    return row[None, :]
+
+
+def require_main_thread(what: str) -> None:
+  """A global program issued off the main thread is an error naming the fix."""
+  if threading.current_thread() is threading.main_thread():
+    return
+  raise RuntimeError(
+      f"{what} was called from the learner's rollout thread"
+      f" ({threading.current_thread().name}): on mcjax every host must issue"
+      " global programs in the same order, on its main thread. With Tunix's"
+      " agentic learner set compute_logps_micro_batch_size equal to"
+      " train_micro_batch_size (at least 2 per host), so that it computes"
+      " log-probs where it trains.")
+
+
+def actor_per_token_logps(cluster: Any, prompt_tokens: Any,
+                          completion_tokens: Any, *, pad_id: int, eos_id: int,
+                          micro_batch_size: int | None,
+                          temperature: float | None, updates_at_sync: int
+                          ) -> Any:
+  """Log-probs of this host's rows under the policy of the last weight sync.
+
+  Args:
+    cluster: the mcjax cluster (its trainer, meshes and row helpers).
+    prompt_tokens, completion_tokens: this host's rows.
+    pad_id, eos_id: the tokenizer's.
+    micro_batch_size: rows per pass (None: all).
+    temperature: as the rollout sampled (None: the TRAIN rollout config's).
+    updates_at_sync: the trainer's optimizer updates at the last sync.
+
+  Returns:
+    This host's rows' per-token log-probs, on its devices.
+  """
+  # pylint: disable=g-import-not-at-top
+  from flax import nnx
+  import jax.numpy as jnp
+  from tunix.rl import common
+  from tunix.rl import utils as rl_utils
+  from tunix_mcjax import compat
+  from tunix_mcjax import global_rows
+  from tunix_mcjax import runtime
+  # pylint: enable=g-import-not-at-top
+
+  require_main_thread("get_actor_per_token_logps")
+  trainer = cluster.actor_trainer
+  if trainer.train_steps != updates_at_sync:
+    raise NotImplementedError(
+        "get_actor_per_token_logps after an optimizer update within a step"
+        f" ({trainer.train_steps - updates_at_sync} since the last weight"
+        " sync): mcjax computes it with the live trainer state, which is the"
+        " policy that sampled only until the first update. Use one optimizer"
+        " update per batch with the agentic learner (mini_batch_size unset"
+        " or equal to the batch, num_iterations=1).")
+  n = prompt_tokens.shape[0]
+  if n == 0:
+    raise ValueError("Cannot get actor log-probs of an empty batch.")
+  if temperature is None:
+    temperature = cluster.get_rollout_config(
+        mode=compat.Mode.TRAIN).temperature
+  graphdef, state = nnx.split(trainer.model)
+  outs = []
+  # Under the actor's mesh and rules (the caller's).
+  with cluster.step_clock.phase("logps", cross_host="logps"):
+    for sl in rl_utils.chunk_slices_by_size(stop=n, step=micro_batch_size or n):
+      out = common.compute_per_token_logps(
+          graphdef, state,
+          prompt_tokens=cluster._to_global(  # pylint: disable=protected-access
+              global_rows.take_rows(prompt_tokens, sl)),
+          completion_tokens=cluster._to_global(  # pylint: disable=protected-access
+              global_rows.take_rows(completion_tokens, sl)),
+          pad_id=pad_id, eos_id=eos_id, stop_gradient=True,
+          return_logits=False, temperature=temperature)
+      outs.append(global_rows.local_rows_on_device(
+          runtime.order_collectives(out)))
+  return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
