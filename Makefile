@@ -39,7 +39,7 @@ VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
 
-.PHONY: help venv demo demo-da test test-fast test-timings lock clean bench bench-device device-wheels venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
+.PHONY: help venv demo demo-da demo-agentic test test-fast test-timings lock clean bench bench-device device-wheels venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
 
 # $(call make_venv,DIR,PYTHON,VERSION,WHY,LOCK,PIP_ARGS): checks that PYTHON
 # runs as Python VERSION, creates DIR afresh, installs the pinned pip, then
@@ -80,6 +80,7 @@ help:
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
 	@echo "make lock   - re-resolve requirements/main.in into requirements/main.lock"
 	@echo "make demo-da - the demo disaggregated: 1 trainer host + 2 rollout hosts on a local Ray (max_staleness 1)"
+	@echo "make demo-agentic - Tunix's agentic GRPO learner on mcjax: a two-turn calculator task, 2 simulated hosts"
 	@echo "make demo-vllm - the demo with a vLLM engine per host (creates $(VENV_VLLM), Python 3.11)"
 	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (Python 3.11, jax 0.10.2; not part of 'make test')"
 	@echo "make venv-vllm - create/refresh $(VENV_VLLM) from requirements/vllm.lock"
@@ -105,6 +106,14 @@ demo-da: $(STAMP)
 	$(PY) examples/grpo_qwen3.py --backend=mcjax_da --trainer_hosts=1 \
 	  --rollout_hosts=2 --devices_per_host=2 --max_staleness=1 \
 	  --metrics_out=runs/demo-da/metrics.jsonl
+
+# Agentic GRPO (docs/agentic.md): Tunix's multi-turn agent learner on the
+# built-in two-turn calculator task, 2 simulated hosts x 2 CPU devices.
+demo-agentic: $(STAMP)
+	$(PY) examples/grpo_qwen3.py --learner=agentic_grpo --dataset=calc \
+	  --num_hosts=2 --devices_per_host=2 --batch_size=8 --num_generations=8 \
+	  --steps=20 --learning_rate=5e-3 --beta=0 --max_new_tokens=32 \
+	  --max_prompt_length=48 --metrics_out=runs/demo-agentic/metrics.jsonl
 
 # `make test` also records per-test and per-process statistics (JUnit XML
 # and one JSON per JAX process, tests/support/suite_stats.py) under

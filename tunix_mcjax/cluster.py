@@ -201,14 +201,9 @@ class McJaxRLCluster(compat.RLCluster):
     # A restore that fails is one line naming the checkpoint and the file.
     with compat.key_safe_memory_moves(), self.checkpoints.restoring():
       super().__init__(
-          actor=actor,
-          critic=critic,
-          reference=reference,
-          reward=reward,
-          tokenizer=tokenizer,
-          cluster_config=local_cfg,
-          perf_config=perf_config,
-      )
+          actor=actor, critic=critic, reference=reference, reward=reward,
+          tokenizer=tokenizer, cluster_config=local_cfg,
+          perf_config=perf_config)
     # The engine took the initial model over; the factory, which Tunix's
     # cluster_config keeps, would hold it as a second engine copy for good.
     engine_factory.keywords["context"] = dataclasses.replace(

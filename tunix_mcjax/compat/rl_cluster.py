@@ -21,8 +21,10 @@ The mcjax cluster runs Tunix's stock `GRPOLearner` unchanged; it needs:
   overridable `role_context(role)`.
 - Tunix's own one-off policy snapshot (`_anchor_policy_state`, taken in
   `RLCluster._init_cluster`): made key-safe by `key_safe_memory_moves`. Only
-  `get_actor_per_token_logps` reads it, which mcjax refuses, so mcjax's
-  `sync_weights` does not refresh it every step as the stock one does.
+  `get_actor_per_token_logps` reads it, which mcjax computes from the live
+  trainer state (`agent_turns`), so mcjax's `sync_weights` does not refresh
+  it every step as the stock one does (the one snapshot stays: a
+  trainer-sized tree in host memory per host, docs/memory.md).
 - Two Tunix 0.1.7 bugs met by MaxText actors, fixed below in upstreamable
   form: `put_on_memory_kind`, `is_sharing_weights` (installed for the
   lifetime of a cluster by `install_fixes`, undone by its handle).

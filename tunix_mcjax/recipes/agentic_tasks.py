@@ -42,6 +42,8 @@ CALC_DIGITS = "abcdefghij"
 CALC_ANSWER_LENGTH = tasks.TOY_COMPLETION_LENGTH
 # For a scored second turn (as GSM8K's format reward: tasks.py).
 CALC_FORMAT_REWARD = 0.2
+# Turn 1 at least this long earns no format reward.
+CALC_BRIEF_LENGTH = 16
 
 
 def _text(x: Any) -> str:
@@ -74,14 +76,33 @@ def calc_dataset(*, num_batches: int, batch_size: int,
   return batches
 
 
-def calc_reward(response: str, letter: str) -> float:
-  """Turn 2's reward: CALC_FORMAT_REWARD for answering within the response
-  budget (an episode that runs out of it is never scored: 0), plus the
-  fraction of its first CALC_ANSWER_LENGTH characters equal to the tool's
-  `letter`."""
+def stop_tokens(tokenizer: Any) -> list[int]:
+  """Where a turn of the calc task ends: `tokenizer`'s eos or a colon.
+
+  Tunix's agentic learner gives an episode one token budget for all its
+  turns, and ends one that runs out before the environment sees the turn
+  that did (so that turn is never trained on): a random model's turns,
+  ended by eos alone, often use it up in turn 1, and GRPO then has no
+  gradient away from that. Ending turns at a colon (as the task's own
+  messages end) keeps most episodes to their two turns.
+  """
+  return [tokenizer.eos_id(), *tokenizer.encode(":")]
+
+
+def calc_reward(turns: Sequence[str], letter: str) -> float:
+  """An episode's reward from its two turns and the tool's `letter`.
+
+  CALC_FORMAT_REWARD for answering within the response budget (an episode
+  that runs out of it is never scored: 0), less in proportion to turn 1's
+  length (it shares that budget with turn 2; a turn's stop token is never
+  trained on, so only this tells the model to be brief), plus the fraction
+  of turn 2's first CALC_ANSWER_LENGTH characters equal to `letter`.
+  """
+  first, answer = turns
+  brief = 1.0 - min(len(first), CALC_BRIEF_LENGTH) / CALC_BRIEF_LENGTH
   target = letter * CALC_ANSWER_LENGTH
-  return CALC_FORMAT_REWARD + sum(
-      a == b for a, b in zip(response, target)) / len(target)
+  return CALC_FORMAT_REWARD * brief + sum(
+      a == b for a, b in zip(answer, target)) / len(target)
 
 
 def _environment_class() -> type[Any]:
@@ -122,7 +143,7 @@ def _environment_class() -> type[Any]:
         return base_environment.EnvStepResult(
             observation=f"{self._result}:", reward=0.0, done=False,
             info={"response": action})
-      self._reward = calc_reward(str(action), self._result)
+      self._reward = calc_reward(self._turns, self._result)
       return base_environment.EnvStepResult(
           observation={}, reward=self._reward, done=True,
           info={"response": action})
@@ -171,6 +192,8 @@ def check_job_config(cfg: Any, *, mini: int, micro: int) -> None:
   problems = {
       "--backend=mcjax_da": cfg.backend == "mcjax_da",
       "--trainer=maxtext": cfg.trainer != "tunix",
+      "--model other than tiny (the task is in its alphabet)":
+          cfg.model != "tiny",
       f"--engine={cfg.engine}": cfg.engine not in ("native", "vanilla"),
       "--mini_batch_size below --batch_size (several updates per batch)":
           mini != cfg.batch_size,

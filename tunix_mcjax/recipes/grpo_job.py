@@ -199,7 +199,16 @@ def train_rollout_config(cfg: GrpoJobConfig) -> Any:
       rollout_vllm_hbm_utilization=cfg.engine_memory_fraction,
       # Tunix's agentic learner trains on the sampler's log-probs.
       return_logprobs=cfg.learner == "agentic_grpo",
+      eos_tokens=_agentic_stop_tokens(cfg),
   )
+
+
+def _agentic_stop_tokens(cfg: GrpoJobConfig) -> list[int] | None:
+  if cfg.dataset != "calc":
+    return None
+  from tunix_mcjax.recipes import agentic_tasks  # pylint: disable=g-import-not-at-top
+
+  return agentic_tasks.stop_tokens(_tokenizer(cfg))
 
 
 def _needs_reference(cfg: GrpoJobConfig) -> bool:
