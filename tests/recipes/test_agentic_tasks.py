@@ -77,6 +77,8 @@ def test_turns_stop_at_eos_or_a_colon():
      "--backend=mcjax_da"),
     (dict(learner="agentic_grpo", dataset="calc", batch_size=1),
      "at least 2 prompts"),
+    (dict(learner="agentic_grpo", dataset="calc", checkpoint_dir="/x"),
+     "--checkpoint_dir"),
 ])
 def test_unsupported_settings_are_refused_with_the_flag(flags, match):
   with pytest.raises(ValueError, match=match):
