@@ -45,8 +45,8 @@ import example_runs
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
 _FLAGS = ("--learner=agentic_grpo", "--dataset=calc", "--steps=2",
-          "--num_generations=2", "--max_new_tokens=48",
-          "--max_prompt_length=64", "--beta=0.04", "--seed=3",
+          "--num_generations=2", "--max_new_tokens=24",
+          "--max_prompt_length=40", "--beta=0.04", "--seed=3",
           "--learning_rate=1e-2")
 # Two micro-batches of 4 prompts per step (2 per host under mcjax), one
 # agent at a time: Tunix's learner fills its micro-batches in the order its

@@ -25,7 +25,7 @@ thread or order generates it: the mcjax hosts and the stock single
 controller sample the same conversations. It also serialises the turns on
 the host's engine (the engines are not re-entrant).
 
-`actor_per_token_logps` is the trainer-side log-prob pass the learner asks
+`actor_logps_fn` is the trainer-side log-prob pass the learner asks
 for (`get_actor_per_token_logps`): Tunix computes it under a host-memory
 snapshot of the policy taken at every weight sync; mcjax uses the live
 trainer state, which is that policy as long as no optimizer update happened
@@ -150,36 +150,24 @@ def require_main_thread(what: str) -> None:
       " log-probs where it trains.")
 
 
-def actor_per_token_logps(cluster: Any, prompt_tokens: Any,
-                          completion_tokens: Any, *, pad_id: int, eos_id: int,
-                          micro_batch_size: int | None,
-                          temperature: float | None, updates_at_sync: int
-                          ) -> Any:
-  """Log-probs of this host's rows under the policy of the last weight sync.
+def actor_logps_fn(trainer: Any, *, pad_id: int, eos_id: int,
+                   temperature: float, updates_at_sync: int) -> Any:
+  """The trainer-side log-prob pass, as (prompts, completions) -> log-probs
+  under the policy of the last weight sync (the cluster runs it over its
+  rows: `McJaxRLCluster._global_logps`).
 
   Args:
-    cluster: the mcjax cluster (its trainer, meshes and row helpers).
-    prompt_tokens, completion_tokens: this host's rows.
+    trainer: the actor trainer.
     pad_id, eos_id: the tokenizer's.
-    micro_batch_size: rows per pass (None: all).
-    temperature: as the rollout sampled (None: the TRAIN rollout config's).
+    temperature: as the rollout sampled.
     updates_at_sync: the trainer's optimizer updates at the last sync.
-
-  Returns:
-    This host's rows' per-token log-probs, on its devices.
   """
   # pylint: disable=g-import-not-at-top
   from flax import nnx
-  import jax.numpy as jnp
   from tunix.rl import common
-  from tunix.rl import utils as rl_utils
-  from tunix_mcjax import compat
-  from tunix_mcjax import global_rows
-  from tunix_mcjax import runtime
   # pylint: enable=g-import-not-at-top
 
   require_main_thread("get_actor_per_token_logps")
-  trainer = cluster.actor_trainer
   if trainer.train_steps != updates_at_sync:
     raise NotImplementedError(
         "get_actor_per_token_logps after an optimizer update within a step"
@@ -188,25 +176,8 @@ def actor_per_token_logps(cluster: Any, prompt_tokens: Any,
         " policy that sampled only until the first update. Use one optimizer"
         " update per batch with the agentic learner (mini_batch_size unset"
         " or equal to the batch, num_iterations=1).")
-  n = prompt_tokens.shape[0]
-  if n == 0:
-    raise ValueError("Cannot get actor log-probs of an empty batch.")
-  if temperature is None:
-    temperature = cluster.get_rollout_config(
-        mode=compat.Mode.TRAIN).temperature
   graphdef, state = nnx.split(trainer.model)
-  outs = []
-  # Under the actor's mesh and rules (the caller's).
-  with cluster.step_clock.phase("logps", cross_host="logps"):
-    for sl in rl_utils.chunk_slices_by_size(stop=n, step=micro_batch_size or n):
-      out = common.compute_per_token_logps(
-          graphdef, state,
-          prompt_tokens=cluster._to_global(  # pylint: disable=protected-access
-              global_rows.take_rows(prompt_tokens, sl)),
-          completion_tokens=cluster._to_global(  # pylint: disable=protected-access
-              global_rows.take_rows(completion_tokens, sl)),
-          pad_id=pad_id, eos_id=eos_id, stop_gradient=True,
-          return_logits=False, temperature=temperature)
-      outs.append(global_rows.local_rows_on_device(
-          runtime.order_collectives(out)))
-  return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
+  return lambda prompts, completions: common.compute_per_token_logps(
+      graphdef, state, prompt_tokens=prompts, completion_tokens=completions,
+      pad_id=pad_id, eos_id=eos_id, stop_gradient=True, return_logits=False,
+      temperature=temperature)

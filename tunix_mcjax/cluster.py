@@ -435,26 +435,31 @@ class McJaxRLCluster(compat.RLCluster):
 
   def get_ref_per_token_logps(self, prompt_tokens, completion_tokens, pad_id,
                               eos_id, micro_batch_size=None):
+    temperature = self.get_rollout_config(mode=Mode.TRAIN).temperature
+    ref = self.inference_worker.get_ref_per_token_logps
+    return self._global_logps(
+        Role.REFERENCE,
+        lambda p, c: ref(p, c, pad_id, eos_id, temperature=temperature),
+        prompt_tokens, completion_tokens, micro_batch_size)
+
+  def _global_logps(self, role, compute, prompt_tokens, completion_tokens,
+                    micro_batch_size):
+    """`compute` (global prompts, completions -> per-token log-probs) over
+    this host's rows in chunks of `micro_batch_size`, under `role`'s mesh;
+    this host's rows of the result, left on its devices."""
     n = prompt_tokens.shape[0]
     if n == 0:
-      raise ValueError("Cannot get reference log-probs of an empty batch.")
-    temperature = self.get_rollout_config(mode=Mode.TRAIN).temperature
+      raise ValueError(f"Cannot get {role.value} log-probs of an empty batch.")
     outs = []
     with self.step_clock.phase(
         "logps", cross_host="logps"
-    ), self._get_mesh_and_logical_axis_rules_cm(Role.REFERENCE), (
-        self._guarded()):
+    ), self._get_mesh_and_logical_axis_rules_cm(role), self._guarded():
       for sl in rl_utils.chunk_slices_by_size(
           stop=n, step=micro_batch_size or n
       ):
-        out = self.inference_worker.get_ref_per_token_logps(
+        out = compute(
             self._to_global(global_rows.take_rows(prompt_tokens, sl)),
-            self._to_global(global_rows.take_rows(completion_tokens, sl)),
-            pad_id,
-            eos_id,
-            temperature=temperature,
-        )
-        # This host's rows, left on its devices.
+            self._to_global(global_rows.take_rows(completion_tokens, sl)))
         outs.append(global_rows.local_rows_on_device(
             runtime.order_collectives(out)))
       return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=0)
@@ -470,12 +475,12 @@ class McJaxRLCluster(compat.RLCluster):
   def get_actor_per_token_logps(self, prompt_tokens, completion_tokens,
                                 pad_id, eos_id, micro_batch_size=None,
                                 temperature=None):
-    with self._guarded(), self._get_mesh_and_logical_axis_rules_cm(
-        Role.ACTOR):
-      return agent_turns.actor_per_token_logps(
-          self, prompt_tokens, completion_tokens, pad_id=pad_id,
-          eos_id=eos_id, micro_batch_size=micro_batch_size,
-          temperature=temperature, updates_at_sync=self._updates_at_sync)
+    return self._global_logps(Role.ACTOR, agent_turns.actor_logps_fn(
+        self.actor_trainer, pad_id=pad_id, eos_id=eos_id,
+        temperature=(temperature if temperature is not None else
+                     self.get_rollout_config(mode=Mode.TRAIN).temperature),
+        updates_at_sync=self._updates_at_sync),
+        prompt_tokens, completion_tokens, micro_batch_size)
 
   def update_actor(self, train_ds, eval_ds, skip_jit=False):
     to_global = lambda batch: [jax.tree.map(self._to_global, e) for e in batch]
