@@ -58,6 +58,7 @@ def test_problem_validation():
 
 def test_each_rule_passes_what_mcjax_runs():
   assert rules.training_mode("grpo") is None
+  assert rules.training_mode("agentic_grpo") is None
   assert rules.rollout_engine("vanilla", ["native"]) is None
   assert rules.rollout_engine("native", ["native"]) is None
   assert rules.lora_engine("vllm", False) is None
@@ -74,8 +75,9 @@ def test_each_rule_passes_what_mcjax_runs():
 
 
 @pytest.mark.parametrize("problem, error, message", [
-    (lambda: rules.training_mode("agentic_grpo"), NotImplementedError,
-     "agentic GRPO is not supported"),
+    (lambda: rules.training_mode("ppo"), NotImplementedError,
+     "training_mode='ppo': mcjax's CLI runs training_mode=grpo or"
+     " agentic_grpo"),
     (lambda: rules.rollout_engine("sglang_jax", ["native", "vllm"]),
      ValueError, "rollout_engine='sglang_jax': mcjax has no host-local"
      " SGLang-JAX engine; set rollout_engine=vanilla"),
@@ -157,7 +159,7 @@ def test_check_job_passes_a_colocated_config():
 def test_check_job_lists_every_problem():
   config = {
       **COLOCATED,
-      "training_mode": "agentic_grpo",
+      "training_mode": "ppo",
       "rollout_engine": "sglang_jax",
       "offload_to_cpu": True,
       "critic_model_config": {},
@@ -172,7 +174,7 @@ def test_check_job_lists_every_problem():
       config, num_hosts=4,
       separate_roles=[("reference", "reference_model_config")])
   expected = [
-      "agentic GRPO is not supported",
+      "training_mode='ppo'",
       "rollout_engine='sglang_jax'",
       "offload_to_cpu",
       "critic_model_config is set",

@@ -597,12 +597,29 @@ def test_engine_tp_is_checked_with_the_config(cli, pipeline):
   assert "--engine_tp=2 with --engine=vllm" in str(e.value)
 
 
-def test_agentic_mode_is_rejected(cli, pipeline):
+def test_agentic_mode_is_checked_by_its_own_rules(cli, pipeline):
+  """training_mode=agentic_grpo runs (tests/cli/test_cli_agentic.py), with
+  the agentic learner's limits: this GRPO config's mini-batch (4 of 8) and
+  its unset compute_logps_micro_batch_size are refused, one line each."""
   # Not a key of the tests' base config: agentic recipes bring their own.
   parsed = pipeline()
   parsed.config["training_mode"] = "agentic_grpo"
-  with pytest.raises(cli.ConfigError, match="agentic GRPO is not supported"):
+  with pytest.raises(cli.ConfigError, match="cannot run with") as e:
     cli.check_mcjax_config(parsed, num_hosts=2)
+  lines = str(e.value).splitlines()[1:]
+  assert len(lines) == 2, lines
+  assert "rl_training_config.mini_batch_size=4 below batch_size=8" in lines[0]
+  assert "compute_logps_micro_batch_size=4 (got None)" in lines[1]
+
+
+def test_agentic_mode_with_run_eval_is_refused_under_tunix(cli, pipeline):
+  # The stock backend has no hosts to check before: refused before Tunix's
+  # pipeline builds anything.
+  parsed = pipeline(options=cli.CliOptions(backend="tunix", run_eval=True))
+  parsed.config["training_mode"] = "agentic_grpo"
+  with pytest.raises(cli.ConfigError,
+                     match="agentic_grpo: without --run_eval"):
+    parsed.run_grpo_trainer()
 
 
 def test_options_validation(cli):

@@ -115,9 +115,13 @@ def check_mcjax_config(
       mesh_axis_names=names,
       engine=pipeline.options.engine,
       balance_by_length=pipeline.options.optimizations().balance_admission,
+      backend=pipeline.options.backend,
+      run_eval=pipeline.options.run_eval,
+      resume_step=pipeline.options.resume_step,
   )
   problems = [*unreadable, *check.problems,
-              *data.missing_local_inputs(pipeline.config)]
+              *data.missing_local_inputs(pipeline.config),
+              *_agentic_resume(pipeline.config)]
   engine_tp = pipeline.options.engine_tp
   if engine_tp != 1:
     # The engine the config's rollout_engine names (any vLLM name is not
@@ -157,3 +161,22 @@ def check_mcjax_config(
         + "\n  - ".join(problems)
     )
   return check.devices_per_host
+
+
+def _agentic_resume(config: Any) -> list[str]:
+  """An agentic run that would resume from `./actor`: Tunix checkpoints
+  there when checkpoint_root_directory is "" (what a null override of a
+  string key becomes), and agentic resume is refused (`rules.agentic`)."""
+  training = config.get("rl_training_config") or {}
+  if (config.get("training_mode") != rules.AGENTIC_MODE
+      or training.get("checkpoint_root_directory") != ""):
+    return []
+  from tunix_mcjax import checkpoint_files  # pylint: disable=g-import-not-at-top
+
+  steps = checkpoint_files.orbax_steps("")
+  if not steps:
+    return []
+  return [f"training_mode=agentic_grpo with checkpoint_root_directory=''"
+          f" would resume from ./actor (steps {steps}; Tunix checkpoints"
+          " there): resuming the agentic learner is not supported by mcjax"
+          " yet (docs/agentic.md); move ./actor away."]

@@ -43,8 +43,11 @@ differs between backends:
   `cluster.shard_dataset`, full batches only (see `data`), so every host runs
   the same number of steps with global batch / hosts prompts each. Configs
   mcjax cannot honour (`tunix_mcjax.rules`: disjoint role meshes, invalid
-  LoRA settings, engines without a host-local mcjax version, agentic mode, batch
-  sizes that do not divide over the hosts, ...) fail before any host starts.
+  LoRA settings, engines without a host-local mcjax version, batch sizes
+  that do not divide over the hosts, the agentic mode's unsupported
+  combinations: `rules.agentic_job`, ...) fail before any host starts.
+  `training_mode=agentic_grpo` runs Tunix's agentic learner as `_run`
+  builds it, on prompts dealt the same way.
   Without a detected cluster the command re-runs itself as --num_hosts local
   processes (`launch.relaunch_as_local_hosts`).
 

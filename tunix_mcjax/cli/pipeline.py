@@ -33,7 +33,9 @@ processes.
 stock cluster sample with the mcjax native engine and per-row keys, as
 `grpo_job.py` does, so that the two backends can be compared number for number
 (tests/cli/test_grpo_main.py). It also drops a final partial batch, as mcjax
-does. It is a test and comparison mode, not part of the stock behaviour.
+does; with training_mode=agentic_grpo each agent turn takes the identity the
+mcjax cluster gives it (`agent_turns`; tests/cli/test_cli_agentic.py). It is
+a test and comparison mode, not part of the stock behaviour.
 """
 
 from __future__ import annotations
@@ -103,8 +105,20 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     self._fingerprint = self._parsed_fingerprint()
 
   @property
+  def agentic(self) -> bool:
+    """Whether the config runs Tunix's agentic GRPO learner."""
+    return self.config.get("training_mode", "grpo") == rules.AGENTIC_MODE
+
+  def _learner_config(self) -> Any:
+    """The learner's section: agentic_grpo_config or grpo_config."""
+    return self._config_mapping(
+        "agentic_grpo_config" if self.agentic else "grpo_config")
+
+  @property
   def _num_generations(self) -> int:
-    return int(self._config_mapping("grpo_config").get("num_generations", 1))
+    # Tunix's agentic GRPOConfig defaults to 2 samples per prompt.
+    return int(self._learner_config().get(
+        "num_generations", 2 if self.agentic else 1))
 
   # --- meshes and cluster config (public GrpoPipeline methods) ---------------
 
@@ -265,6 +279,16 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
                         None if self._stock is None else self._stock.train)
     if self._stock is not None:
       self._stock.route_eval(cluster)
+      if self.agentic:
+        # Each agent turn keyed as the mcjax cluster keys it (AgentTurns).
+        # pylint: disable=g-import-not-at-top
+        from tunix_mcjax import admission
+        from tunix_mcjax import agent_turns
+        # pylint: enable=g-import-not-at-top
+
+        admission.route_agent_turns(cluster, agent_turns.AgentTurns(
+            self._stock.train.ledger, self._stock.row_ids,
+            first_step=cluster.global_steps))
     self.rl_cluster = cluster
     return cluster
 
@@ -317,10 +341,14 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     if not (self.options.deals_prompts or self.options.run_eval):
       return super().run_grpo_trainer()
     mode = self.config.get("training_mode", "grpo")
-    if mode != "grpo":
+    # Tunix's _run builds either learner after the same dataset call; the
+    # agentic one gets no test split (rules.agentic_job refuses --run_eval).
+    if mode not in rules.TRAINING_MODES or (
+        self.agentic and self.options.run_eval):
       raise ConfigError(
           f"training_mode={mode!r} cannot deal prompts over hosts or run"
-          " --run_eval; use training_mode=grpo."
+          " --run_eval; use training_mode=grpo"
+          + (" (agentic_grpo: without --run_eval)." if self.agentic else ".")
       )
     real = tunix_cli.pipeline_module("data_lib")
     with tunix_cli.replaced_calls(
@@ -481,7 +509,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     if self.options.multi_controller:
       return self.rl_cluster.shard_dataset(
           global_batches, num_generations=self._num_generations,
-          loss_agg_mode=(self.config.get("grpo_config") or {}).get(
+          loss_agg_mode=self._learner_config().get(
               "loss_agg_mode", "sequence-mean-token-mean"),
       )
     return self._stock.train.shard(global_batches)

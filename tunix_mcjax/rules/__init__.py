@@ -30,6 +30,7 @@ the first problem; the CLI lists them all.
 The rules by topic, one module each (callers read every name as
 `rules.<name>`, re-exported here):
 
+* `agentic`: Tunix's agentic GRPO mode through the CLI (what of it runs).
 * `batches`: global batch knobs over hosts, batch axes, O3's dealing,
   checkpoint intervals; `per_host_training_config`.
 * `engines`: `rollout_engine` names, MaxText trainers' engines.
@@ -45,6 +46,9 @@ This package imports no JAX at module level: `check_job` runs in the process
 that launches the hosts.
 """
 
+from tunix_mcjax.rules.agentic import AGENTIC_MODE
+from tunix_mcjax.rules.agentic import TRAINING_MODES
+from tunix_mcjax.rules.agentic import agentic_job
 from tunix_mcjax.rules.batches import GLOBAL_BATCH_KNOBS
 from tunix_mcjax.rules.batches import ROW_NORMALISED_LOSS_MODES
 from tunix_mcjax.rules.batches import balanced_micro_batches
@@ -105,6 +109,10 @@ from tunix_mcjax.rules.problem import raise_first
 from tunix_mcjax.rules.vllm_keys import vllm_engine
 
 __all__ = [
+    # agentic
+    "AGENTIC_MODE",
+    "TRAINING_MODES",
+    "agentic_job",
     # batches
     "GLOBAL_BATCH_KNOBS",
     "ROW_NORMALISED_LOSS_MODES",

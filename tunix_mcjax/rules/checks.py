@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 from typing import Any
 
+from tunix_mcjax.rules.agentic import AGENTIC_MODE
+from tunix_mcjax.rules.agentic import agentic_job
 from tunix_mcjax.rules.batches import GLOBAL_BATCH_KNOBS
 from tunix_mcjax.rules.batches import balanced_micro_batches
 from tunix_mcjax.rules.batches import balanced_updates
@@ -149,6 +151,9 @@ def check_job(
     mesh_axis_names: Sequence[str] | None = None,
     engine: str | None = None,
     balance_by_length: bool = False,
+    backend: str = "mcjax",
+    run_eval: bool = False,
+    resume_step: int | None = None,
 ) -> JobCheck:
   """Checks Tunix's parsed GRPO config against every rule; uses no device.
 
@@ -165,15 +170,23 @@ def check_job(
     engine: The mcjax engine named explicitly (the CLI's --engine); None
       takes it from `rollout_engine` (Tunix's meaning of the name).
     balance_by_length: Whether O3 (balance_admission) is on.
+    backend: The CLI's --backend (mcjax or mcjax_da).
+    run_eval, resume_step: The CLI's --run_eval and --resume_step.
 
   Returns:
     The devices per host and the problems found.
   """
   training = config.get("rl_training_config") or {}
   actor_cfg = config.get("actor_model_config") or {}
-  grpo = config.get("grpo_config") or {}
+  mode = config.get("training_mode", "grpo")
+  # The learner's section: Tunix's agentic mode reads agentic_grpo_config.
+  grpo = config.get(
+      "agentic_grpo_config" if mode == AGENTIC_MODE else "grpo_config") or {}
   problems = [
-      training_mode(config.get("training_mode", "grpo")),
+      training_mode(mode),
+      *agentic_job(config, backend=backend, num_hosts=num_hosts,
+                   engine=selected_engine(engine, config),
+                   run_eval=run_eval, resume_step=resume_step),
       rollout_engine(
           config.get("rollout_engine") or VANILLA_ENGINE, engine_names
       ) if engine is None else (

@@ -18,6 +18,7 @@ packing keeps."""
 
 from __future__ import annotations
 
+from tunix_mcjax.rules.agentic import TRAINING_MODES
 from tunix_mcjax.rules.problem import Problem
 
 # Learners mcjax runs (Tunix's GRPO family, and its agentic GRPO learner);
@@ -29,13 +30,13 @@ UNSUPPORTED_ROLES = ("critic", "reward")
 
 
 def training_mode(mode: str) -> Problem | None:
-  if mode == "grpo":
+  """Tunix's standard and agentic GRPO modes; the agentic one's limits are
+  `rules.agentic.agentic_job`'s."""
+  if mode in TRAINING_MODES:
     return None
   return Problem(
-      message=f"training_mode={mode!r}: mcjax's CLI runs standard GRPO"
-      " (training_mode=grpo) only; agentic GRPO is not supported through"
-      " the CLI yet (the example runs it: --learner=agentic_grpo,"
-      " docs/agentic.md).",
+      message=f"training_mode={mode!r}: mcjax's CLI runs"
+      f" training_mode={' or '.join(TRAINING_MODES)}.",
       error=NotImplementedError,
   )
 

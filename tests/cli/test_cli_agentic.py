@@ -1,0 +1,338 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tunix's agentic GRPO through the CLI (`training_mode=agentic_grpo`).
+
+End to end: Tunix's agentic learner as `GrpoPipeline._run` builds it (its
+default `TaskEnvironment` and `ModelAgent`, the `agentic_grpo_config`
+section, the default chat parser of `chat_parser_config`, the config's
+reward functions) on GSM8K with a tiny local Qwen3 checkpoint, 2 steps of 8
+prompts x 2 agents, KL on, as `--backend=tunix` (one process x 4 devices,
+the stock cluster in its comparison mode `--placement_invariant_sampling`,
+whose agent turns then take the identities the mcjax cluster gives them:
+`admission.route_agent_turns`) and `--backend=mcjax` (2 hosts x 2
+devices, prompts dealt over the hosts as in GRPO mode, under the transfer
+guard).
+
+Two micro-batches of 4 prompts per step (2 per host under mcjax) and one
+agent at a time (`agentic_grpo_config.max_concurrency=1`): Tunix's learner
+fills its micro-batches in the order its agents finish, so with concurrent
+agents even two stock runs train on other groupings of the same rows (the
+same gradient terms summed in another order: not within 1e-6). One at a
+time, micro-batch k holds the same groups in both runs (admission deals the
+prompts so), as in tests/test_agentic_equivalence.py.
+
+Compared: every agent's prompt, completion and reward (recorded by the
+reward function, per group, in agent order) exactly; per-step losses and
+reward means, and the final parameters, within rtol = atol = 1e-6 (that
+module's 2x2 tolerance; observed: losses 3.6e-7 apart at most, parameters
+1.2e-7: not bit-identical as that module's runs are, since here the stock
+run sums over one process's 4 devices and mcjax over 2 processes, as
+tests/cli/test_grpo_main.py's runs). About 12 s per run with a warm
+compilation cache.
+
+In process: what mcjax refuses of an agentic config, before any host
+starts, each in one line naming what to change.
+"""
+
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+import base_config_fixture
+import cli_runs
+import launch_utils
+
+REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
+BATCH, MICRO, GENERATIONS, STEPS = 8, 4, 2, 2
+
+
+def agentic_config(scratch: pathlib.Path) -> dict:
+  """The tests' base config with the keys of Tunix's
+  base_agentic_config.yaml (a top-level key must exist to be overridden)."""
+  config = base_config_fixture.config(scratch)
+  config.update({
+      "training_mode": "agentic_grpo",
+      # As Tunix's agentic base: the chat parser applies the template.
+      "apply_chat_template_to_dataset": False,
+      # GSM8K's question is the prompt (Tunix's post_init_dataset copies it
+      # to "prompts", which its ModelAgent and reward manager read).
+      "prompt_key": "question",
+      "batch_size": BATCH,
+      "num_batches": STEPS,
+      "chat_parser_config": {"type": "default"},
+      "agent_class_path": None,
+      "agent_kwargs": {},
+      "env_class_path": None,
+      "env_kwargs": {},
+      "kubernetes_config": None,
+      # One agent at a time: see the module docstring.
+      "agentic_grpo_config": {"num_generations": GENERATIONS, "beta": 0.04,
+                              "max_concurrency": 1},
+      "rl_training_config": {
+          "actor_optimizer_config": {"opt_type": "sgd",
+                                     "learning_rate": 0.05},
+          "eval_every_n_steps": 1000,
+          "mini_batch_size": BATCH,
+          "train_micro_batch_size": MICRO,
+          # Where it trains: on the learner's main thread (mcjax needs it).
+          "compute_logps_micro_batch_size": MICRO,
+          "checkpoint_root_directory": None,
+      },
+      "rollout_config": {
+          # The rendered chat (template + question) is about 400 tokens.
+          "max_prompt_length": 512,
+          "total_generation_steps": 12,
+          "temperature": 1.0,
+          # The agentic learner trains on the sampler's log-probs.
+          "return_logprobs": True,
+      },
+  })
+  return config
+
+
+@pytest.fixture(scope="module")
+def agentic_base_config(tmp_path_factory) -> pathlib.Path:
+  path = tmp_path_factory.mktemp("agentic_base") / "base_config.yaml"
+  path.write_text(yaml.safe_dump(agentic_config(path.parent / "scratch"),
+                                 sort_keys=False))
+  return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+  inputs = cli_runs.short_gsm8k_inputs(
+      tmp_path_factory.mktemp("cli_agentic_inputs"), BATCH * STEPS)
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  tokenizer = transformers.AutoTokenizer.from_pretrained(inputs["model"])
+  # A turn ends at eos or at a digit. Tunix's agentic learner ends an
+  # episode that uses up its response budget unscored, without training on
+  # it (docs/agentic.md); the random tiny model seldom emits eos, so with
+  # eos alone every episode would, and the loss would be 0.
+  inputs["stop_tokens"] = [tokenizer.eos_token_id, *(
+      tokenizer.convert_tokens_to_ids(d) for d in "0123456789")]
+  return inputs
+
+
+def _cli_run(inputs, base_config, out: pathlib.Path, *args: str):
+  env = cli_runs.cli_env(out, base_config)
+  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"  # Stock.
+  model = inputs["model"]
+  t0 = time.monotonic()
+  proc = cli_runs.run_ok(
+      [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
+       f"model_config.model_id={model}",
+       "model_config.mesh.shape=(4,1)",
+       "reference_model_config.mesh=null",
+       "reference_model_config.same_mesh_as=actor",
+       "rollout_model_config.mesh=null",
+       "rollout_model_config.same_mesh_as=actor",
+       f"tokenizer_config.tokenizer_path={model}",
+       f"dataset_name={inputs['data']}",
+       f"reward_functions=['{REWARDS}']",
+       f"rollout_config.eos_tokens={inputs['stop_tokens']}",
+       f"--metrics_out={out / 'metrics.jsonl'}",
+       f"--params_out={out / 'params.npz'}", *args],
+      env, out / "cwd", timeout=700)
+  proc.wall_s = time.monotonic() - t0
+  return out, proc
+
+
+@pytest.fixture(scope="module")
+def runs(inputs, agentic_base_config, tmp_path_factory):
+  launch_utils.require_markers("multihost", "e2e")
+  tmp = tmp_path_factory.mktemp("cli_agentic_runs")
+  return {
+      "tunix": _cli_run(inputs, agentic_base_config, tmp / "tunix",
+                        "--backend=tunix", "--placement_invariant_sampling"),
+      "mcjax": _cli_run(inputs, agentic_base_config, tmp / "mcjax",
+                        "--backend=mcjax", "--num_hosts=2",
+                        "--devices_per_host=2", "--transfer_guard=disallow",
+                        "--timeout=600"),
+  }
+
+
+def _records(out: pathlib.Path) -> list[dict]:
+  return [json.loads(l)
+          for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _groups(out: pathlib.Path) -> dict[str, list]:
+  """Each prompt's agents, in agent order: [(completion, reward), ...] (the
+  agentic learner scores each micro-batch's groups in one reward call)."""
+  groups = {}
+  for host in sorted((out / "rows").glob("rows_host*.jsonl")):
+    for line in host.read_text().splitlines():
+      call = json.loads(line)
+      for prompt, completion, reward in zip(
+          call["prompts"], call["completions"], call["rewards"]):
+        groups.setdefault(prompt, []).append((completion, reward))
+  return groups
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_same_trajectories(runs):
+  ref, got = _groups(runs["tunix"][0]), _groups(runs["mcjax"][0])
+  assert len(ref) == BATCH * STEPS
+  assert all(len(g) == GENERATIONS for g in ref.values())
+  assert got == ref
+  # Both hosts ran agents.
+  assert len(list((runs["mcjax"][0] / "rows").glob("rows_host*"))) == 2
+  # Not vacuous: some agents answered before their turn's budget ran out
+  # (7 of 32 here; the others stopped at once or ran out), and rewards
+  # differ within some group (non-zero advantages).
+  assert sum(bool(c) for g in ref.values() for c, _ in g) >= 4
+  assert any(len({r for _, r in g}) > 1 for g in ref.values())
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_same_losses_rewards_and_parameters(runs):
+  (ref, ref_proc), (got, got_proc) = runs["tunix"], runs["mcjax"]
+  a, b = _records(ref), _records(got)
+  assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2]
+  assert {r["num_hosts"] for r in b} == {2}
+  np.testing.assert_allclose([r["loss"] for r in b], [r["loss"] for r in a],
+                             rtol=1e-6, atol=1e-6)
+  # The records' reward is the agentic learner's trajectory_rewards/mean:
+  # the environments' reward, 0 under the default TaskEnvironment (no
+  # reward_fn); the reward functions' part is compared per agent above.
+  np.testing.assert_allclose([r["reward_mean"] for r in b],
+                             [r["reward_mean"] for r in a], rtol=1e-6)
+  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files) and pa.files
+  for name in pa.files:
+    np.testing.assert_allclose(pb[name], pa[name], rtol=1e-6, atol=1e-6,
+                               err_msg=name)
+  # Not vacuous: the policy moved, and step 2's loss (with its KL to the
+  # reference) is not 0.
+  assert min(r["grad_norm"] for r in a) > 0
+  assert abs(a[1]["loss"]) > 1e-6
+  for out in (ref, got):
+    assert not list((out / "cwd").iterdir())
+  print(f"wall: tunix {ref_proc.wall_s:.0f} s, mcjax {got_proc.wall_s:.0f} s")
+
+
+# --- in process: what mcjax refuses, before any host starts --------------------
+
+
+@pytest.fixture
+def agentic_pipeline(cli, agentic_base_config):
+  """Parses the agentic base config with COLOCATED and `overrides`."""
+
+  def make(*overrides: str, **option_kwargs):
+    options = cli.CliOptions(**{"backend": "mcjax", **option_kwargs})
+    argv = ["grpo_main", str(agentic_base_config),
+            *base_config_fixture.COLOCATED, *overrides]
+    return cli.GrpoCliPipeline(argv, options=options)
+
+  return make
+
+
+def test_agentic_config_passes(cli, agentic_pipeline):
+  parsed = agentic_pipeline()
+  assert parsed.agentic
+  assert cli.check_mcjax_config(parsed, num_hosts=2) == 2
+
+
+# Every override of rl_training_config replaces the whole section (a Tunix
+# "replace key"), so these restate the keys the rule reads.
+def _training(mini=8, micro=4, logps=4, *extra):
+  return (f"rl_training_config.mini_batch_size={mini}",
+          f"rl_training_config.train_micro_batch_size={micro}",
+          *(() if logps is None else
+            (f"rl_training_config.compute_logps_micro_batch_size={logps}",)),
+          *extra)
+
+
+@pytest.mark.parametrize("overrides, options, message", [
+    ((), {"backend": "mcjax_da"}, "with --backend=mcjax_da"),
+    (_training(mini=4), {}, "rl_training_config.mini_batch_size=4 below"
+     " batch_size=8 (several optimizer updates per batch"),
+    (("agentic_grpo_config.num_iterations=2",), {},
+     "agentic_grpo_config.num_iterations=2"),
+    (("agentic_grpo_config.off_policy_steps=1",), {},
+     "agentic_grpo_config.off_policy_steps=1"),
+    ((), {"run_eval": True}, "with --run_eval"),
+    (("actor_model_config.lora_config.rank=8",), {},
+     "with actor_model_config.lora_config"),
+    (_training(8, 4, 4, "rl_training_config.checkpoint_root_directory=/tmp/x"),
+     {}, "rl_training_config.checkpoint_root_directory or --resume_step"),
+    (_training(8, 4, 4,
+               "rl_training_config.max_seq_token_per_tpu=600"), {},
+     "rl_training_config.max_seq_token_per_tpu (sequence packing)"),
+    (("rollout_engine=vllm",), {}, "engine 'vllm'"),
+    ((), {"engine": "vllm"}, "engine 'vllm'"),
+    (_training(logps=2), {},
+     "rl_training_config.compute_logps_micro_batch_size=4 (got 2)"),
+    (_training(logps=None), {},
+     "compute_logps_micro_batch_size=4 (got None)"),
+])
+def test_agentic_combinations_mcjax_cannot_run(cli, agentic_pipeline,
+                                               overrides, options, message):
+  with pytest.raises(cli.ConfigError, match="cannot run with") as e:
+    cli.check_mcjax_config(agentic_pipeline(*overrides, **options),
+                           num_hosts=2)
+  # One line, naming the mode and what to change.
+  assert any(message in line and "training_mode=agentic_grpo" in line
+             for line in str(e.value).splitlines()), str(e.value)
+
+
+def test_agentic_micro_batch_of_one_prompt_per_host_is_refused(
+    cli, agentic_pipeline):
+  with pytest.raises(cli.ConfigError) as e:
+    cli.check_mcjax_config(agentic_pipeline(*_training(8, 2, 2)),
+                           num_hosts=2)
+  assert ("needs micro-batches of at least 2 prompts per host:"
+          " train_micro_batch_size=2 over 2 hosts; use at least 4"
+          in str(e.value))
+
+
+def test_agentic_resume_is_refused(cli, agentic_pipeline, tmp_path,
+                                   monkeypatch):
+  with pytest.raises(cli.ConfigError,
+                     match="checkpoint_root_directory or --resume_step"):
+    cli.check_mcjax_config(agentic_pipeline(resume_step=2), num_hosts=2)
+  # A null override of Tunix's base_agentic_config.yaml's "/tmp/ckpts" makes
+  # the root "", and Tunix checkpoints into ./actor: fine until ./actor
+  # holds a step, which the run would resume from.
+  monkeypatch.chdir(tmp_path)
+  parsed = agentic_pipeline()
+  parsed.config["rl_training_config"]["checkpoint_root_directory"] = ""
+  assert cli.check_mcjax_config(parsed, num_hosts=2) == 2
+  (tmp_path / "actor" / "2").mkdir(parents=True)
+  with pytest.raises(cli.ConfigError,
+                     match=r"would resume from \./actor \(steps \[2\]"):
+    cli.check_mcjax_config(parsed, num_hosts=2)
+
+
+def test_other_training_modes_are_refused(cli, agentic_pipeline):
+  with pytest.raises(cli.ConfigError,
+                     match="training_mode='ppo': mcjax's CLI runs"
+                     " training_mode=grpo or agentic_grpo"):
+    cli.check_mcjax_config(agentic_pipeline("training_mode=ppo"),
+                           num_hosts=2)
+
+
+def test_agentic_generations_come_from_its_own_section(agentic_pipeline):
+  # grpo_config (4 samples in the base config) is the standard mode's.
+  parsed = agentic_pipeline("agentic_grpo_config.num_generations=3")
+  assert parsed._num_generations == 3  # pylint: disable=protected-access

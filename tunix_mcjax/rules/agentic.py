@@ -1,0 +1,127 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tunix's agentic GRPO learner through the CLI (training_mode=agentic_grpo):
+what mcjax runs of it, as the example's `--learner=agentic_grpo` refusals
+(`recipes/agentic_tasks.check_job_config`), on Tunix's parsed config.
+
+Why each refusal (docs/agentic.md, "How it runs on mcjax"):
+
+* mcjax computes the trainer-side log-probs from the live trainer state, so
+  only one optimizer update per batch (mini-batch = batch,
+  `num_iterations=1`);
+* the global log-prob passes must run on the learner's main thread, which
+  Tunix's learner does only when `compute_logps_micro_batch_size` equals
+  `train_micro_batch_size`, with at least 2 prompts per host in it (Tunix
+  takes a size of 1 for "on the rollout thread");
+* agent turns are keyed by the learner's group ids, which its evaluation
+  and its own resume skipping number differently (not verified), and by
+  the native engine's per-row keys (vLLM needs Tunix's server mode);
+* the disaggregated backend would run the agents on its rollout hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tunix_mcjax.rules.problem import Problem
+
+AGENTIC_MODE = "agentic_grpo"
+# Tunix's `training_mode` values mcjax's CLI runs.
+TRAINING_MODES = ("grpo", AGENTIC_MODE)
+
+
+def agentic_job(
+    config: Mapping[str, Any],
+    *,
+    backend: str,
+    num_hosts: int,
+    engine: str,
+    run_eval: bool = False,
+    resume_step: int | None = None,
+) -> list[Problem]:
+  """What mcjax cannot run of an agentic config; [] for another mode.
+
+  Args:
+    config: Tunix's parsed GRPO config.
+    backend: the CLI's --backend.
+    num_hosts: hosts of the job.
+    engine: the mcjax engine the config selects (`rules.selected_engine`).
+    run_eval: the CLI's --run_eval.
+    resume_step: the CLI's --resume_step.
+  """
+  if config.get("training_mode", "grpo") != AGENTIC_MODE:
+    return []
+  training = config.get("rl_training_config") or {}
+  agentic = config.get("agentic_grpo_config") or {}
+  batch = config.get("batch_size", 1)
+  mini = training.get("mini_batch_size") or batch
+  micro = training.get("train_micro_batch_size") or mini
+  logps = training.get("compute_logps_micro_batch_size")
+  lora = (config.get("actor_model_config") or {}).get("lora_config")
+  # (refused, what, the fix)
+  cases = (
+      (backend == "mcjax_da", f"--backend={backend} (the agents would run on"
+       " its rollout hosts)", "use --backend=mcjax"),
+      (mini != batch, f"rl_training_config.mini_batch_size={mini} below"
+       f" batch_size={batch} (several optimizer updates per batch; mcjax"
+       " computes the trainer's log-probs from the live state)",
+       "unset mini_batch_size or set it to batch_size"),
+      (agentic.get("num_iterations", 1) != 1,
+       "agentic_grpo_config.num_iterations="
+       f"{agentic.get('num_iterations')} (several updates per batch)",
+       "set it to 1"),
+      (agentic.get("off_policy_steps", 0) != 0,
+       "agentic_grpo_config.off_policy_steps="
+       f"{agentic.get('off_policy_steps')} (not verified)", "set it to 0"),
+      (run_eval, "--run_eval (Tunix's agentic evaluation numbers its groups"
+       " like training's, which keys the agents' sampling)",
+       "drop --run_eval"),
+      (bool(lora), "actor_model_config.lora_config (LoRA; not verified)",
+       "remove it"),
+      (bool(training.get("checkpoint_root_directory"))
+       or resume_step is not None,
+       "rl_training_config.checkpoint_root_directory or --resume_step"
+       " (Tunix's agentic learner skips a resumed job's batches itself; not"
+       " verified)", "unset both"),
+      (training.get("max_seq_token_per_tpu") is not None,
+       "rl_training_config.max_seq_token_per_tpu (sequence packing)",
+       "unset it"),
+      (engine != "native", f"engine {engine!r} (only the native engine keys"
+       " each agent turn's sampling)",
+       "set rollout_engine=vanilla (mcjax's native engine)"),
+  )
+  problems = [
+      Problem(message=f"training_mode=agentic_grpo with {what}: not"
+              f" supported by mcjax yet (docs/agentic.md); {fix}.",
+              error=NotImplementedError)
+      for refused, what, fix in cases if refused
+  ]
+  if logps != micro:
+    problems.append(Problem(
+        message=f"training_mode=agentic_grpo needs"
+        f" rl_training_config.compute_logps_micro_batch_size={micro} (got"
+        f" {logps}): equal to train_micro_batch_size, so that Tunix's agentic"
+        " learner computes its log-probs where it trains, on its main thread"
+        " (mcjax's global programs must run there, in the same order on"
+        " every host)."))
+  if micro < 2 * num_hosts:
+    problems.append(Problem(
+        message=f"training_mode=agentic_grpo needs micro-batches of at least"
+        f" 2 prompts per host: train_micro_batch_size={micro} over"
+        f" {num_hosts} hosts; use at least {2 * num_hosts} (Tunix's agentic"
+        " learner takes a log-prob micro-batch of 1 for its rollout"
+        " thread)."))
+  return problems
