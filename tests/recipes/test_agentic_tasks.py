@@ -29,7 +29,7 @@ def test_dataset_numbers_prompts_and_states_the_answer():
     for prompt, answer in zip(b["prompts"], b["answer"]):
       x, y = (agentic_tasks.CALC_DIGITS.index(c) for c in prompt[:2])
       assert prompt.endswith(":")
-      assert answer == agentic_tasks.CALC_DIGITS[(x + y) % 10] * 8
+      assert answer == agentic_tasks.CALC_DIGITS[(x + y) % 10]
   # Every character is in the tiny model's alphabet.
   assert set("".join(batches[0]["prompts"])) <= set(models.TOY_ALPHABET)
 
@@ -43,20 +43,25 @@ def test_environment_runs_the_calculator_between_two_turns():
   obs, _ = env.reset()
   assert obs == {"prompts": "hd:"}
   # 7 + 3 = 10: the tool's last digit is 0 ("a").
-  obs, reward, done, _ = env.step("bb")
+  obs, reward, done, _ = env.step("db")
   assert (obs, reward, done) == ("a:", 0.0, False)
-  obs, reward, done, _ = env.step("aaaa")
-  assert done and reward == pytest.approx(0.2 * (1 - 2 / 16) + 4 / 8)
+  obs, reward, done, _ = env.step("aaba")
+  # Turn 1: half of "db" names the operand d; turn 2: 3 of 4 are the "a".
+  assert done and reward == pytest.approx(0.5 * 1 / 2 + 0.5 * 3 / 4)
   env.close()
   assert rows == [{"prompt_index": 7, "pair": 1, "prompt": "hd:",
-                   "turns": ["bb", "aaaa"], "reward": reward}]
+                   "turns": ["db", "aaba"], "reward": reward}]
 
 
-def test_reward_prefers_a_brief_first_turn_and_the_tool_letter():
+def test_reward_is_each_turns_share_of_its_letter():
   r = agentic_tasks.calc_reward
-  assert r(["", "ffffffff"], "f") == pytest.approx(1.2)
-  assert r(["x" * 16, ""], "f") == 0.0
-  assert r(["ab", "f"], "f") > r(["abcd", "f"], "f") > r(["abcd", "g"], "f")
+  # Prompt "cd:": turn 1 names d, turn 2 relays the tool's letter (f).
+  assert r(["d", "f"], "cd:", "f") == r(["dddd", "ff"], "cd:", "f") == 1.0
+  assert r(["", ""], "cd:", "f") == r(["c", "g"], "cd:", "f") == 0.0
+  assert r(["d", ""], "cd:", "f") == r(["", "ffff"], "cd:", "f") == 0.5
+  assert r(["dc", "fg"], "cd:", "f") == pytest.approx(0.5)
+  # Length-neutral: a longer turn of the same share scores the same.
+  assert r(["dc", "fg"], "cd:", "f") == r(["dcdc", "fgfg"], "cd:", "f")
 
 
 def test_turns_stop_at_eos_or_a_colon():

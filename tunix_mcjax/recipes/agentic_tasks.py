@@ -16,12 +16,12 @@
 
 Tunix's `AgenticGRPOLearner` (tunix.rl.agentic) runs one agent and one
 environment per (prompt, sample). The task, in the tiny model's alphabet
-(letters a..j are the digits 0..9): the prompt "cd:" asks for c + d. Turn 1:
-the agent answers anything; the environment calls Tunix's `CalculatorTool`
-on the prompt's operands and shows the result's last digit ("f:"). Turn 2:
-the agent's answer is scored like the toy task, against that letter
-repeated (dense, so GRPO has a signal from a random policy: a model learns
-to copy what the tool returned). Every trajectory has two model turns.
+(letters a..j are the digits 0..9): the prompt "cd:" asks for c + d. Turn 1
+names the operand to add (d); the environment calls Tunix's
+`CalculatorTool` on the prompt's operands and shows the result's last digit
+("f:"); turn 2 relays it. Each turn is scored by the share of its
+characters that are its letter (dense, so GRPO has a signal from a random
+policy), half the reward each. Every trajectory has two model turns.
 
 The environment's reward is the trajectory reward Tunix's agentic reward
 manager adds up; the task has no reward functions of its own.
@@ -34,16 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from tunix_mcjax.recipes import tasks
-
 # Letter i stands for digit i.
 CALC_DIGITS = "abcdefghij"
-# The tool's answer, repeated, is what turn 2 is scored against.
-CALC_ANSWER_LENGTH = tasks.TOY_COMPLETION_LENGTH
-# For a scored second turn (as GSM8K's format reward: tasks.py).
-CALC_FORMAT_REWARD = 0.2
-# Turn 1 at least this long earns no format reward.
-CALC_BRIEF_LENGTH = 16
 
 
 def _text(x: Any) -> str:
@@ -67,10 +59,9 @@ def calc_dataset(*, num_batches: int, batch_size: int,
     batches.append({
         "prompts": np.asarray(
             [f"{CALC_DIGITS[x]}{CALC_DIGITS[y]}:" for x, y in pairs]),
-        # What turn 2 is scored against (the environment computes it with
-        # the calculator; kept here for readers of the data).
-        "answer": np.asarray([CALC_DIGITS[(x + y) % 10] * CALC_ANSWER_LENGTH
-                              for x, y in pairs]),
+        # The letter turn 2 is scored against (the environment computes it
+        # with the calculator; kept here for readers of the data).
+        "answer": np.asarray([CALC_DIGITS[(x + y) % 10] for x, y in pairs]),
         "prompt_index": np.arange(b * batch_size, (b + 1) * batch_size),
     })
   return batches
@@ -89,20 +80,23 @@ def stop_tokens(tokenizer: Any) -> list[int]:
   return [tokenizer.eos_id(), *tokenizer.encode(":")]
 
 
-def calc_reward(turns: Sequence[str], letter: str) -> float:
-  """An episode's reward from its two turns and the tool's `letter`.
+def _share(text: str, letter: str) -> float:
+  """The fraction of `text`'s characters equal to `letter` (0 if empty)."""
+  return sum(c == letter for c in text) / len(text) if text else 0.0
 
-  CALC_FORMAT_REWARD for answering within the response budget (an episode
-  that runs out of it is never scored: 0), less in proportion to turn 1's
-  length (it shares that budget with turn 2; a turn's stop token is never
-  trained on, so only this tells the model to be brief), plus the fraction
-  of turn 2's first CALC_ANSWER_LENGTH characters equal to `letter`.
+
+def calc_reward(turns: Sequence[str], prompt: str, letter: str) -> float:
+  """An episode's reward: half for turn 1 naming the operand the tool adds
+  last (`prompt`'s second letter), half for turn 2 relaying the tool's
+  `letter`, each the share of its turn's characters that do.
+
+  Length-neutral on purpose: Tunix's agentic learner never trains a turn's
+  stop token, and a reward that asked for 8-character answers taught the
+  model to stop less, until episodes ran out of their shared response
+  budget (unscored, and their turns untrained).
   """
   first, answer = turns
-  brief = 1.0 - min(len(first), CALC_BRIEF_LENGTH) / CALC_BRIEF_LENGTH
-  target = letter * CALC_ANSWER_LENGTH
-  return CALC_FORMAT_REWARD * brief + sum(
-      a == b for a, b in zip(answer, target)) / len(target)
+  return 0.5 * _share(first, prompt[1]) + 0.5 * _share(answer, letter)
 
 
 def _environment_class() -> type[Any]:
@@ -143,7 +137,8 @@ def _environment_class() -> type[Any]:
         return base_environment.EnvStepResult(
             observation=f"{self._result}:", reward=0.0, done=False,
             info={"response": action})
-      self._reward = calc_reward(self._turns, self._result)
+      self._reward = calc_reward(self._turns, _text(self.task["prompts"]),
+                                   self._result)
       return base_environment.EnvStepResult(
           observation={}, reward=self._reward, done=True,
           info={"response": action})
