@@ -285,6 +285,8 @@ def _training(mini=8, micro=4, logps=4, *extra):
      "rl_training_config.compute_logps_micro_batch_size=4 (got 2)"),
     (_training(logps=None), {},
      "compute_logps_micro_batch_size=4 (got None)"),
+    (("rollout_config.return_logprobs=false",), {},
+     "needs rollout_config.return_logprobs=true"),
 ])
 def test_agentic_combinations_mcjax_cannot_run(cli, agentic_pipeline,
                                                overrides, options, message):

@@ -117,6 +117,13 @@ def agentic_job(
         " learner computes its log-probs where it trains, on its main thread"
         " (mcjax's global programs must run there, in the same order on"
         " every host)."))
+  # Tunix's learner checks it too, but only inside the hosts.
+  if agentic.get("use_rollout_logps", True) and not (
+      config.get("rollout_config") or {}).get("return_logprobs"):
+    problems.append(Problem(
+        message="training_mode=agentic_grpo needs"
+        " rollout_config.return_logprobs=true (Tunix's agentic learner uses"
+        " the rollout's log-probs; agentic_grpo_config.use_rollout_logps)."))
   if micro < 2 * num_hosts:
     problems.append(Problem(
         message=f"training_mode=agentic_grpo needs micro-batches of at least"
