@@ -14,6 +14,9 @@
 
 """Step breakdown from profiler traces: constructed and recorded traces."""
 
+import gzip
+import json
+import sys
 import time
 
 import jax
@@ -117,3 +120,16 @@ def test_no_traces_is_none(tmp_path):
   assert traces.analyse_dir(tmp_path / "missing") is None
   with pytest.raises(ValueError, match="no complete"):
     traces.analyse_events([])
+
+
+def test_json_and_msgspec_decode_the_same_events(tmp_path, monkeypatch):
+  events = [{"ph": "M", "pid": 2, "name": "process_name",
+             "args": {"name": "/device:GPU:0"}},
+            _x("$profiler.py:1 start_trace", 0, 100),
+            _x("fusion", 150.5, 200, hlo_op="fusion.1", device_ordinal="0")]
+  path = tmp_path / "t.trace.json.gz"
+  with gzip.open(path, "wt") as f:
+    json.dump({"traceEvents": events}, f)
+  fast = traces.load_events(path)
+  monkeypatch.setitem(sys.modules, "msgspec", None)  # json instead.
+  assert traces.load_events(path) == fast == events

@@ -121,11 +121,21 @@ class StepBreakdown:
 
 
 def load_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-  """The events of a `*.trace.json.gz` (or plain `.json`) trace."""
+  """The events of a `*.trace.json.gz` (or plain `.json`) trace.
+
+  Decoded by msgspec where it is installed (twice as fast as `json` on the
+  millions of Python-call events a traced compiling step holds), else by
+  `json`; the same dicts either way.
+  """
   p = pathlib.Path(path)
   opener = gzip.open if p.suffix == ".gz" else open
-  with opener(p, "rt") as f:
-    return json.load(f)["traceEvents"]
+  with opener(p, "rb") as f:
+    raw = f.read()
+  try:
+    import msgspec  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return json.loads(raw)["traceEvents"]
+  return msgspec.json.decode(raw)["traceEvents"]
 
 
 def find_host_traces(trace_dir: str | os.PathLike[str]
@@ -172,23 +182,32 @@ def analyse_events(events: Sequence[Mapping[str, Any]]) -> StepBreakdown:
   xs = [e for e in events if e.get("ph") == "X" and "dur" in e]
   if not xs:
     raise ValueError("The trace has no complete ('X') events.")
+  device_pids = {pid for pid, n in procs.items()
+                 if str(n).startswith("/device:")}
   device: dict[Any, list[Interval]] = {}
   collective: dict[Any, list[Interval]] = {}
   phases: dict[str, list[Interval]] = {}
   start, end = None, None
   for e in xs:
     name = str(e.get("name", ""))
-    a, b = float(e["ts"]), float(e["ts"]) + float(e["dur"])
     args = e.get("args") or {}
-    if name.endswith(" start_trace") and name.startswith("$"):
-      start = b if start is None else max(start, b)
-    elif name.endswith(" stop_trace") and name.startswith("$"):
-      end = a if end is None else min(end, a)
+    if name.startswith("$"):
+      # The Python tracer's calls (nearly all events of a compiling step):
+      # none is device work or a phase; two of them mark the window.
+      if name.endswith(" start_trace"):
+        b = float(e["ts"]) + float(e["dur"])
+        start = b if start is None else max(start, b)
+      elif name.endswith(" stop_trace"):
+        a = float(e["ts"])
+        end = a if end is None else min(end, a)
+      if not args and e.get("pid") not in device_pids:
+        continue
+    a, b = float(e["ts"]), float(e["ts"]) + float(e["dur"])
     if name.startswith(telemetry.PHASE_TRACE_PREFIX):
       phases.setdefault(name[len(telemetry.PHASE_TRACE_PREFIX):],
                         []).append((a, b))
       continue
-    on_device = str(procs.get(e.get("pid"), "")).startswith("/device:")
+    on_device = e.get("pid") in device_pids
     if name.startswith("end: ") or not ("hlo_op" in args or on_device):
       continue
     op = str(args.get("hlo_op", name))
