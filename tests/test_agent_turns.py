@@ -15,9 +15,11 @@
 """Agent turns' row identities (tunix_mcjax/agent_turns.py), in process."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
+from tunix.rl.rollout import base_rollout
 
 from tunix_mcjax import admission
 from tunix_mcjax import agent_turns
@@ -40,9 +42,35 @@ def _turns(first_step=0, batches=((10, 11), (20, 21))):
       train, row_ids, first_step=first_step)
 
 
+def _engine(row_ids, calls=None, length=6):
+  """A stand-in for the host's engine (the real ones: the equivalence
+  tests): row r's tokens are its identity, then `length` - 2 sevens."""
+
+  def run(prompts, max_generation_steps):
+    prompts = [prompts] if isinstance(prompts, str) else prompts
+    ids = row_ids.take(len(prompts))
+    if calls is not None:
+      calls.append((len(prompts), max_generation_steps))
+    tokens = [np.asarray([*r, *[7] * (length - 2)]) for r in ids.tolist()]
+    return base_rollout.RolloutOutput(
+        text=[_decode(t.tolist()) for t in tokens], logits=[], tokens=tokens,
+        left_padded_prompt_tokens=np.zeros((len(prompts), 3), np.int32),
+        logprobs=[[-1.0 * (i + 1)] * length for i in range(len(prompts))])
+
+  return run
+
+
+def _decode(tokens):
+  return ",".join(map(str, tokens))
+
+
+def _turn(turns, run, group, pair, budget=None):
+  return turns.generate({"group_id": group, "pair_index": pair}, "p:",
+                        budget, run, decode=_decode)
+
+
 def _take(turns, row_ids, group, pair):
-  with turns.turn({"group_id": group, "pair_index": pair}, 1):
-    return row_ids.take(1)[0].tolist()
+  return _turn(turns, _engine(row_ids), group, pair).tokens[0][:2].tolist()
 
 
 def test_turn_identity_is_global_prompt_pair_and_turn():
@@ -82,18 +110,34 @@ def test_a_turn_without_an_admitted_row_is_an_error():
   with pytest.raises(RuntimeError, match="no admitted row"):
     _take(turns, row_ids, 0, G)  # No sample G in a group of G.
   with pytest.raises(ValueError, match="one"):
-    with turns.turn({"group_id": 0, "pair_index": 0}, 2):
-      pass
+    turns.generate({"group_id": 0, "pair_index": 0}, ["a", "b"], None,
+                   _engine(row_ids), decode=_decode)
 
 
 def test_other_calls_take_from_the_ledger():
   _, row_ids, turns = _turns()
+  calls = []
   assert not turns.is_turn({"step": 0})
-  with turns.around({"step": 0}, ["a", "b"]):
-    np.testing.assert_array_equal(row_ids.take(2), [[10, 0], [10, 1]])
+  out = turns.generate({"step": 0}, ["a", "b"], 5, _engine(row_ids, calls),
+                       decode=_decode)
+  assert [t[:2].tolist() for t in out.tokens] == [[10, 0], [10, 1]]
   # A rendered conversation (a string) is one prompt.
-  with turns.around({"group_id": 1, "pair_index": 0}, "abc:"):
-    np.testing.assert_array_equal(row_ids.take(1), [[11, 0]])
+  out = turns.generate({"group_id": 1, "pair_index": 0}, "abc:", 5,
+                       _engine(row_ids, calls), decode=_decode)
+  assert out.tokens[0][:2].tolist() == [11, 0]
+  # The other call as asked; the turn to the full budget, then cut.
+  assert calls == [(2, 5), (1, None)]
+
+
+def test_a_turn_is_cut_to_its_own_budget():
+  _, row_ids, turns = _turns()
+  out = _turn(turns, _engine(row_ids, length=6), 1, 1, budget=4)
+  assert out.tokens[0].tolist() == [11, 1, 7, 7]
+  assert out.text == ["11,1,7,7"] and out.logprobs == [[-1.0] * 4]
+  # Within its budget: as the engine returned it.
+  out = _turn(turns, _engine(row_ids, length=6), 1, 1, budget=9)
+  assert out.tokens[0].tolist() == [11, 1 + G, 7, 7, 7, 7]
+  assert out.text == ["11,3,7,7,7,7"] and len(out.logprobs[0]) == 6
 
 
 def test_turns_from_many_threads_get_their_own_identities():
@@ -116,6 +160,53 @@ def test_turns_from_many_threads_get_their_own_identities():
   assert not errors
   assert got == {(g, p): [[g, p], [g, p + G], [g, p + 2 * G]]
                  for g in range(8) for p in range(G)}
+
+
+def _wait_until(what, timeout_s=30.0):
+  deadline = time.monotonic() + timeout_s
+  while not what():
+    assert time.monotonic() < deadline, "timed out"
+    time.sleep(0.01)
+
+
+def test_turns_waiting_for_the_engine_run_in_one_call():
+  _, row_ids, turns = _turns(batches=(tuple(range(8)),))
+  calls, release, results = [], threading.Event(), {}
+  engine = _engine(row_ids, calls)
+
+  def run(prompts, budget):
+    if not calls:  # The first call holds the engine until 5 more wait.
+      assert release.wait(30)
+    return engine(prompts, budget)
+
+  def agent(group):
+    results[group] = _turn(turns, run, group, 0).tokens[0][:2].tolist()
+
+  first = threading.Thread(target=agent, args=(0,))
+  first.start()
+  _wait_until(lambda: turns._busy)  # pylint: disable=protected-access
+  others = [threading.Thread(target=agent, args=(g,)) for g in range(1, 6)]
+  for t in others:
+    t.start()
+  _wait_until(lambda: len(turns._pending) == 5)  # pylint: disable=protected-access
+  release.set()
+  for t in [first, *others]:
+    t.join(30)
+  # One row, then the 5 that waited (padded to 8 rows, a power of two).
+  assert calls == [(1, None), (8, None)]
+  assert results == {g: [g, 0] for g in range(6)}
+
+
+def test_an_engine_error_reaches_every_turn_of_its_call():
+  _, row_ids, turns = _turns()
+
+  def run(prompts, budget):
+    raise RuntimeError("engine down")
+
+  with pytest.raises(RuntimeError, match="engine down"):
+    _turn(turns, run, 0, 0)
+  # The engine is free again.
+  assert _take(turns, row_ids, 0, 1) == [10, 1]
 
 
 def test_global_programs_off_the_main_thread_are_refused():

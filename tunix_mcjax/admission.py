@@ -545,7 +545,12 @@ def route_agent_turns(cluster: Any, turns: Any) -> None:
   inner = cluster.generate
 
   def generate(prompts, *args, **kwargs):
-    with turns.around(kwargs.get("trace_tags"), prompts):
-      return inner(prompts, *args, **kwargs)
+    def call(prompts, max_generation_steps):
+      return inner(prompts, *args,
+                   **{**kwargs, "max_generation_steps": max_generation_steps})
+
+    return turns.generate(
+        kwargs.get("trace_tags"), prompts, kwargs.get("max_generation_steps"),
+        call, decode=cluster.tokenizer.decode)
 
   cluster.generate = generate

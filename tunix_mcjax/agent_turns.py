@@ -22,8 +22,9 @@ stream) and its pair index (the sample). `AgentTurns` turns that into a row
 identity for the engine, (global prompt index, pair index + G x turn), so
 that every turn of every agent draws its own sampling noise whatever host,
 thread or order generates it: the mcjax hosts and the stock single
-controller sample the same conversations. It also serialises the turns on
-the host's engine (the engines are not re-entrant).
+controller sample the same conversations. It also batches the turns that
+wait for the host's engine into one call (the engines are not re-entrant,
+and one row per call spends most of a step dispatching decode steps).
 
 `actor_logps_fn` is the trainer-side log-prob pass the learner asks
 for (`get_actor_per_token_logps`): Tunix computes it under a host-memory
@@ -42,14 +43,17 @@ error naming the fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-import contextlib
+from collections.abc import Callable
+import dataclasses
 import threading
 from typing import Any
 
 import numpy as np
 
 from tunix_mcjax import ledger as ledger_lib
+
+# (prompts, max_generation_steps) -> the rollout's output of those rows.
+Generate = Callable[[Any, "int | None"], Any]
 
 # Tunix's trace tag names (tunix.perf.experimental.constants).
 GROUP_ID = "group_id"
@@ -74,8 +78,10 @@ class AgentTurns:
     self._fixed_ids = fixed_ids
     self._first_step = int(first_step)
     self._turns: dict[tuple[int, int], int] = {}
-    # One turn at a time on this host's engine.
-    self._lock = threading.Lock()
+    # Turns waiting for the engine, and whether a thread is running a batch.
+    self._ready = threading.Condition()
+    self._pending: list[_Turn] = []
+    self._busy = False
 
   @staticmethod
   def is_turn(trace_tags: Any) -> bool:
@@ -83,27 +89,52 @@ class AgentTurns:
     return bool(trace_tags) and GROUP_ID in trace_tags and (
         PAIR_INDEX in trace_tags)
 
-  def around(self, trace_tags: Any, prompts: Any) -> Any:
-    """`turn(...)` for an agent's turn, else nothing (any other call);
-    `prompts`: the call's (one rendered conversation, or a list)."""
-    if self.is_turn(trace_tags):
-      return self.turn(
-          trace_tags, 1 if isinstance(prompts, str) else len(prompts))
-    return contextlib.nullcontext()
+  def generate(self, trace_tags: Any, prompts: Any,
+               max_generation_steps: int | None, run: Generate,
+               decode: Callable[[list[int]], str]) -> Any:
+    """One generate call: `run(prompts, max_generation_steps)` for any call
+    but an agent's turn; a turn is generated with the turns pending beside
+    it, in one engine call (`run` under their row identities, to the full
+    response budget), and cut to its own budget.
 
-  @contextlib.contextmanager
-  def turn(self, trace_tags: Any, num_prompts: int) -> Iterator[None]:
-    """Serialises one agent turn and fixes its row identity for the engine."""
+    Cutting is exact: each row samples with its own keys, so its first n
+    tokens are those of a call with budget n. `decode`: the tokenizer's.
+    """
+    if not self.is_turn(trace_tags):
+      return run(prompts, max_generation_steps)
+    num_prompts = 1 if isinstance(prompts, str) else len(prompts)
     if num_prompts != 1:
       raise ValueError(
           f"An agent turn generated {num_prompts} conversations in one call;"
           " Tunix's agentic learner sends one, and mcjax keys each turn's"
           " sampling by its agent.")
-    with self._lock:
-      ids = self._identity(int(trace_tags[GROUP_ID]),
-                           int(trace_tags[PAIR_INDEX]))
-      with self._fixed_ids.fixed(ids):
-        yield
+    with self._ready:
+      turn = _Turn(
+          prompt=prompts if isinstance(prompts, str) else prompts[0],
+          ids=self._identity(int(trace_tags[GROUP_ID]),
+                             int(trace_tags[PAIR_INDEX])),
+          budget=max_generation_steps)
+      self._pending.append(turn)
+      while not turn.done:
+        if self._busy:
+          self._ready.wait()
+          continue
+        # This thread runs every pending turn (its own among them).
+        batch, self._pending, self._busy = self._pending, [], True
+        self._ready.release()
+        try:
+          outs, error = _run_batch(batch, run, self._fixed_ids, decode), None
+        except BaseException as e:  # pylint: disable=broad-except
+          outs, error = [None] * len(batch), e
+        finally:
+          self._ready.acquire()
+          self._busy = False
+        for t, out in zip(batch, outs):
+          t.out, t.error, t.done = out, error, True
+        self._ready.notify_all()
+    if turn.error is not None:
+      raise turn.error
+    return turn.out
 
   def _identity(self, group: int, pair: int) -> np.ndarray:
     entries = self._ledger.entries
@@ -135,6 +166,45 @@ class AgentTurns:
     for old in [k for k in self._turns if k[0] < group - 4 * prompts]:
       del self._turns[old]
     return row[None, :]
+
+
+@dataclasses.dataclass
+class _Turn:
+  """One agent turn waiting for the engine."""
+
+  prompt: str
+  ids: np.ndarray
+  budget: int | None
+  out: Any = None
+  error: BaseException | None = None
+  done: bool = False
+
+
+def _run_batch(batch: list[_Turn], run: Generate, fixed_ids: Any,
+               decode: Callable[[list[int]], str]) -> list[Any]:
+  """Generates `batch` in one call, padded to a power of two of rows (few
+  program shapes), to the full budget; each turn's output, cut to its own."""
+  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+  n = len(batch)
+  rows = batch + [batch[-1]] * ((1 << (n - 1).bit_length()) - n)
+  with fixed_ids.fixed(np.concatenate([t.ids for t in rows])):
+    out = run([t.prompt for t in rows], None)
+  outs = []
+  for i, t in enumerate(batch):
+    keep = len(out.tokens[i]) if t.budget is None else t.budget
+    tokens = out.tokens[i][:keep]
+    outs.append(base_rollout.RolloutOutput(
+        text=[out.text[i] if len(tokens) == len(out.tokens[i])
+              else decode(np.asarray(tokens).tolist())],
+        # The sampler's logits: [] unless asked for.
+        logits=out.logits and [out.logits[i][:keep]],
+        tokens=[tokens],
+        left_padded_prompt_tokens=np.asarray(
+            out.left_padded_prompt_tokens[i:i + 1]),
+        logprobs=None if out.logprobs is None else [out.logprobs[i][:keep]],
+    ))
+  return outs
 
 
 def require_main_thread(what: str) -> None:

@@ -409,29 +409,27 @@ class McJaxRLCluster(compat.RLCluster):
   def generate(self, prompts, apply_chat_template=False, mode=Mode.TRAIN,
                micro_batch_size=None, trace_tags=None,
                max_generation_steps=None):
-    # Evaluation rows come from the evaluation ledger and are not a phase of
-    # the training step.
-    scope = (
-        self._row_ids.evaluating() if mode == Mode.EVAL
-        else self.step_clock.phase("generate")
-    )
+    inner = super().generate
+
+    def call(prompts, max_generation_steps):
+      # Evaluation rows come from the evaluation ledger and are not a phase
+      # of the training step.
+      with (self._row_ids.evaluating() if mode == Mode.EVAL
+            else self.step_clock.phase("generate")), self._guarded():
+        out = inner(prompts, apply_chat_template=apply_chat_template,
+                    mode=mode, micro_batch_size=micro_batch_size,
+                    trace_tags=trace_tags,
+                    max_generation_steps=max_generation_steps)
+      if mode == Mode.TRAIN:
+        self.step_clock.add_generation(telemetry.generation_stats(
+            out, micro_batch_size=micro_batch_size, max_tokens=(
+                max_generation_steps
+                or self.get_rollout_config(mode).max_tokens_to_generate)))
+      return out
+
     # Tunix's agentic learner: one conversation per call, from its threads.
-    with self.agent_turns.around(trace_tags, prompts), scope, (
-        self._guarded()):
-      out = super().generate(
-          prompts, apply_chat_template=apply_chat_template, mode=mode,
-          micro_batch_size=micro_batch_size, trace_tags=trace_tags,
-          max_generation_steps=max_generation_steps)
-    if mode == Mode.TRAIN:
-      self.step_clock.add_generation(telemetry.generation_stats(
-          out,
-          micro_batch_size=micro_batch_size,
-          max_tokens=(
-              max_generation_steps
-              or self.get_rollout_config(mode).max_tokens_to_generate
-          ),
-      ))
-    return out
+    return self.agent_turns.generate(trace_tags, prompts, max_generation_steps,
+                                     call, decode=self.tokenizer.decode)
 
   def get_ref_per_token_logps(self, prompt_tokens, completion_tokens, pad_id,
                               eos_id, micro_batch_size=None):
