@@ -134,15 +134,18 @@ class StepTelemetry:
       carried_export_s: float = 0.0,
   ) -> None:
     """Starts timing step `next_step` (and its trace, if it is traced)."""
-    self.clock.reset(
-        time.perf_counter() if start is None else start, carried_export_s
-    )
     if (self._trace_steps and not self._tracing
         and next_step in self._trace_steps):
       jax.profiler.start_trace(
           os.path.join(self._trace_dir, f"host{jax.process_index()}")
       )
       self._tracing = True
+      # Starting the profiler is no step's time: the step, like its trace
+      # window, starts after it (as the stock path's does).
+      start = None
+    self.clock.reset(
+        time.perf_counter() if start is None else start, carried_export_s
+    )
 
   def end_step(self, meta: records.StepMeta, *, admission_s: float,
                prompt_tokens: int) -> None:
