@@ -111,8 +111,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
 
   def _learner_config(self) -> Any:
     """The learner's section: agentic_grpo_config or grpo_config."""
-    return self._config_mapping(
-        "agentic_grpo_config" if self.agentic else "grpo_config")
+    return self._config_mapping(rules.learner_section(self.config))
 
   @property
   def _num_generations(self) -> int:

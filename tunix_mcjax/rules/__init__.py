@@ -49,6 +49,7 @@ that launches the hosts.
 from tunix_mcjax.rules.agentic import AGENTIC_MODE
 from tunix_mcjax.rules.agentic import TRAINING_MODES
 from tunix_mcjax.rules.agentic import agentic_job
+from tunix_mcjax.rules.agentic import learner_section
 from tunix_mcjax.rules.batches import GLOBAL_BATCH_KNOBS
 from tunix_mcjax.rules.batches import ROW_NORMALISED_LOSS_MODES
 from tunix_mcjax.rules.batches import balanced_micro_batches
@@ -113,6 +114,7 @@ __all__ = [
     "AGENTIC_MODE",
     "TRAINING_MODES",
     "agentic_job",
+    "learner_section",
     # batches
     "GLOBAL_BATCH_KNOBS",
     "ROW_NORMALISED_LOSS_MODES",

@@ -43,6 +43,13 @@ AGENTIC_MODE = "agentic_grpo"
 TRAINING_MODES = ("grpo", AGENTIC_MODE)
 
 
+def learner_section(config: Mapping[str, Any]) -> str:
+  """The config section of the mode's learner: Tunix's agentic mode reads
+  agentic_grpo_config, GRPO grpo_config."""
+  agentic = config.get("training_mode", "grpo") == AGENTIC_MODE
+  return "agentic_grpo_config" if agentic else "grpo_config"
+
+
 def agentic_job(
     config: Mapping[str, Any],
     *,

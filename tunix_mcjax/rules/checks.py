@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 from typing import Any
 
-from tunix_mcjax.rules.agentic import AGENTIC_MODE
 from tunix_mcjax.rules.agentic import agentic_job
+from tunix_mcjax.rules.agentic import learner_section
 from tunix_mcjax.rules.batches import GLOBAL_BATCH_KNOBS
 from tunix_mcjax.rules.batches import balanced_micro_batches
 from tunix_mcjax.rules.batches import balanced_updates
@@ -179,9 +179,7 @@ def check_job(
   training = config.get("rl_training_config") or {}
   actor_cfg = config.get("actor_model_config") or {}
   mode = config.get("training_mode", "grpo")
-  # The learner's section: Tunix's agentic mode reads agentic_grpo_config.
-  grpo = config.get(
-      "agentic_grpo_config" if mode == AGENTIC_MODE else "grpo_config") or {}
+  grpo = config.get(learner_section(config)) or {}
   problems = [
       training_mode(mode),
       *agentic_job(config, backend=backend, num_hosts=num_hosts,
