@@ -78,8 +78,9 @@ def test_turns_stop_at_eos_or_a_colon():
           mini_batch_size=2), "several updates per batch"),
     (dict(learner="agentic_grpo", dataset="calc", eval_every=1),
      "--eval_every"),
+    # The default staleness of mcjax_da is 1.
     (dict(learner="agentic_grpo", dataset="calc", backend="mcjax_da"),
-     "--backend=mcjax_da"),
+     r"--backend=mcjax_da with --max_staleness >= 1 \(set --max_staleness=0"),
     (dict(learner="agentic_grpo", dataset="calc", batch_size=1),
      "at least 2 prompts"),
     (dict(learner="agentic_grpo", dataset="calc", checkpoint_dir="/x"),
@@ -90,8 +91,15 @@ def test_unsupported_settings_are_refused_with_the_flag(flags, match):
     grpo_job.GrpoJobConfig(**flags)
 
 
-def test_per_host_micro_batch_of_one_is_refused_before_hosts_start():
+@pytest.mark.parametrize("backend", ["mcjax", "mcjax_da"])
+def test_per_host_micro_batch_of_one_is_refused_before_hosts_start(backend):
   cfg = grpo_job.GrpoJobConfig(learner="agentic_grpo", dataset="calc",
-                               batch_size=4)
+                               batch_size=4, backend=backend, max_staleness=0)
   with pytest.raises(Exception, match="use at least 8"):
     grpo_job.check_job(cfg, num_hosts=4, devices_per_host=1)
+
+
+def test_disaggregated_on_policy_is_accepted():
+  cfg = grpo_job.GrpoJobConfig(learner="agentic_grpo", dataset="calc",
+                               backend="mcjax_da", max_staleness=0)
+  assert cfg.da_options().max_staleness == 0

@@ -185,7 +185,11 @@ def check_job_config(cfg: Any, *, mini: int, micro: int) -> None:
   if not agentic:
     return
   problems = {
-      "--backend=mcjax_da": cfg.backend == "mcjax_da",
+      # Turns are generated on the rollout hosts with the latest policy;
+      # importance weights over multi-turn rows are not built yet.
+      "--backend=mcjax_da with --max_staleness >= 1 (set"
+      " --max_staleness=0)": (cfg.backend == "mcjax_da"
+                              and cfg.max_staleness != 0),
       "--trainer=maxtext": cfg.trainer != "tunix",
       "--model other than tiny (the task is in its alphabet)":
           cfg.model != "tiny",

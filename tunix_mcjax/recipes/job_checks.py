@@ -154,7 +154,7 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
         num_iterations=cfg.num_iterations,
         max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
         trainer_hosts=cfg.trainer_hosts))
-  if cfg.learner == "agentic_grpo" and cfg.backend == "mcjax":
+  if cfg.learner == "agentic_grpo" and cfg.backend in ("mcjax", "mcjax_da"):
     micro = cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size
     if micro < 2 * num_hosts:
       problems.append(

@@ -28,7 +28,9 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
 * agent turns are keyed by the learner's group ids, which its evaluation
   and its own resume skipping number differently (not verified), and by
   the native engine's per-row keys (vLLM needs Tunix's server mode);
-* the disaggregated backend would run the agents on its rollout hosts.
+* under the disaggregated backend the agents run on the trainer hosts and
+  their turns on the rollout hosts, on-policy only (max_staleness 0):
+  importance weights over multi-turn rows are not built.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def agentic_job(
     engine: str,
     run_eval: bool = False,
     resume_step: int | None = None,
+    max_staleness: int = 0,
 ) -> list[Problem]:
   """What mcjax cannot run of an agentic config; [] for another mode.
 
@@ -68,6 +71,7 @@ def agentic_job(
     engine: the mcjax engine the config selects (`rules.selected_engine`).
     run_eval: the CLI's --run_eval.
     resume_step: the CLI's --resume_step.
+    max_staleness: the CLI's --max_staleness (mcjax_da).
   """
   if config.get("training_mode", "grpo") != AGENTIC_MODE:
     return []
@@ -80,8 +84,9 @@ def agentic_job(
   lora = (config.get("actor_model_config") or {}).get("lora_config")
   # (refused, what, the fix)
   cases = (
-      (backend == "mcjax_da", f"--backend={backend} (the agents would run on"
-       " its rollout hosts)", "use --backend=mcjax"),
+      (backend == "mcjax_da" and max_staleness != 0,
+       f"--backend=mcjax_da and --max_staleness={max_staleness} (agent"
+       " turns are trained on-policy only)", "set --max_staleness=0"),
       (mini != batch, f"rl_training_config.mini_batch_size={mini} below"
        f" batch_size={batch} (several optimizer updates per batch; mcjax"
        " computes the trainer's log-probs from the live state)",

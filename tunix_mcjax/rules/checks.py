@@ -154,6 +154,7 @@ def check_job(
     backend: str = "mcjax",
     run_eval: bool = False,
     resume_step: int | None = None,
+    max_staleness: int = 0,
 ) -> JobCheck:
   """Checks Tunix's parsed GRPO config against every rule; uses no device.
 
@@ -172,6 +173,7 @@ def check_job(
     balance_by_length: Whether O3 (balance_admission) is on.
     backend: The CLI's --backend (mcjax or mcjax_da).
     run_eval, resume_step: The CLI's --run_eval and --resume_step.
+    max_staleness: The CLI's --max_staleness (mcjax_da).
 
   Returns:
     The devices per host and the problems found.
@@ -184,7 +186,8 @@ def check_job(
       training_mode(mode),
       *agentic_job(config, backend=backend, num_hosts=num_hosts,
                    engine=selected_engine(engine, config),
-                   run_eval=run_eval, resume_step=resume_step),
+                   run_eval=run_eval, resume_step=resume_step,
+                   max_staleness=max_staleness),
       rollout_engine(
           config.get("rollout_engine") or VANILLA_ENGINE, engine_names
       ) if engine is None else (
