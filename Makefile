@@ -32,7 +32,7 @@ VLLM_PIP_ARGS := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX))
 # The vllm-marked tests, plus the Qwen3<->HF mapping and tpu-inference layout
 # tests, which must also hold under that environment's jax 0.10.2.
 VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
-  tests/engines/test_vllm_lora_multihost.py \
+  tests/engines/test_vllm_lora_multihost.py tests/engines/test_vllm_agentic.py \
   tests/engines/test_qwen3_hf.py tests/engines/experimental/test_tpu_inference.py
 
 # The quick loop: every test without a multihost, e2e, vllm or slow marker

@@ -81,6 +81,10 @@ def test_turns_stop_at_eos_or_a_colon():
     # The default staleness of mcjax_da is 1.
     (dict(learner="agentic_grpo", dataset="calc", backend="mcjax_da"),
      r"--backend=mcjax_da with --max_staleness >= 1 \(set --max_staleness=0"),
+    # vLLM on CPU/GPU runs (tests/engines/test_vllm_agentic.py); on TPU not
+    # yet.
+    (dict(learner="agentic_grpo", dataset="calc", engine="vllm_tpu"),
+     "--engine=vllm_tpu"),
     (dict(learner="agentic_grpo", dataset="calc", batch_size=1),
      "at least 2 prompts"),
     (dict(learner="agentic_grpo", dataset="calc", checkpoint_dir="/x"),

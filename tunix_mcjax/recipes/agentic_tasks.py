@@ -193,7 +193,8 @@ def check_job_config(cfg: Any, *, mini: int, micro: int) -> None:
       "--trainer=maxtext": cfg.trainer != "tunix",
       "--model other than tiny (the task is in its alphabet)":
           cfg.model != "tiny",
-      f"--engine={cfg.engine}": cfg.engine not in ("native", "vanilla"),
+      f"--engine={cfg.engine}": cfg.engine not in ("native", "vanilla",
+                                                   "vllm"),
       "--mini_batch_size below --batch_size (several updates per batch)":
           mini != cfg.batch_size,
       "--num_iterations > 1": cfg.num_iterations != 1,
