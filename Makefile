@@ -186,7 +186,8 @@ STAMP_MXV := $(VENV_MXV)/.installed
 # trainer hosts under mcjax_da; Tunix's disaggregated vLLM recipe script.
 MXV_TESTS := $(VLLM_TESTS) tests/maxtext/test_maxtext_vllm.py \
   tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment \
-  tests/da/test_da_vllm.py tests/cli/test_recipe_vllm_disagg.py
+  tests/da/test_da_vllm.py tests/cli/test_recipe_vllm_disagg.py \
+  tests/cli/test_cli_agentic_vllm.py
 $(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml scripts/install_locked.py
 	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,--no-cache-dir)
 

@@ -75,7 +75,8 @@ PLACEMENT_INVARIANT = flags.DEFINE_bool(
     "placement_invariant_sampling",
     False,
     "tunix backend only, for comparisons with mcjax: sample with the mcjax"
-    " native engine and per-row keys, and drop a final partial batch. Off:"
+    " engine rollout_engine selects (native or vLLM) and per-row keys, and"
+    " drop a final partial batch. Off:"
     " the stock engine named by `rollout_engine`.",
 )
 ENGINE = _job_flag(

@@ -30,7 +30,8 @@ fails loudly instead of silently running the stock cluster in several
 processes.
 
 `--placement_invariant_sampling` (default off; tunix backend only) makes the
-stock cluster sample with the mcjax native engine and per-row keys, as
+stock cluster sample with the mcjax engine the config selects (native or
+vLLM) and per-row keys, as
 `grpo_job.py` does, so that the two backends can be compared number for number
 (tests/cli/test_grpo_main.py). It also drops a final partial batch, as mcjax
 does; with training_mode=agentic_grpo each agent turn takes the identity the
@@ -243,14 +244,16 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
               tc, data_sharding_axis=choice.batch_axes))
     if not self.options.placement_invariant_sampling:
       return cluster_config
-    # Comparison mode: the stock cluster with the mcjax native engine, keyed
-    # by the row ids that single-host admission records (as grpo_job.py).
+    # Comparison mode: the stock cluster with the mcjax engine the config
+    # selects (native or vLLM), keyed by the row ids that single-host
+    # admission records (as grpo_job.py).
     from tunix_mcjax import stock_engine  # pylint: disable=g-import-not-at-top
 
     self._stock = stock_engine.StockAdmission(
         num_generations=self._num_generations)
     return dataclasses.replace(
-        cluster_config, rollout_engine=self._stock.rollout_engine("native"))
+        cluster_config, rollout_engine=self._stock.rollout_engine(
+            rules.selected_engine(self.options.engine, self.config)))
 
   # --- the three replaced call sites ------------------------------------------
 

@@ -27,7 +27,7 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
   takes a size of 1 for "on the rollout thread");
 * agent turns are keyed by the learner's group ids, which its evaluation
   and its own resume skipping number differently (not verified), and by
-  the native engine's per-row keys (vLLM needs Tunix's server mode);
+  the engine's per-row keys (the native engine's and vLLM's per-row seeds);
 * under the disaggregated backend the agents run on the trainer hosts and
   their turns on the rollout hosts, on-policy only (max_staleness 0):
   importance weights over multi-turn rows are not built.
@@ -111,9 +111,9 @@ def agentic_job(
       (training.get("max_seq_token_per_tpu") is not None,
        "rl_training_config.max_seq_token_per_tpu (sequence packing)",
        "unset it"),
-      (engine != "native", f"engine {engine!r} (only the native engine keys"
-       " each agent turn's sampling)",
-       "set rollout_engine=vanilla (mcjax's native engine)"),
+      (engine not in ("native", "vllm"), f"engine {engine!r} (the native"
+       " engine and vLLM key each agent turn's sampling; this one is not"
+       " verified)", "set rollout_engine=vanilla or vllm"),
   )
   problems = [
       Problem(message=f"training_mode=agentic_grpo with {what}: not"
