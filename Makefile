@@ -111,9 +111,9 @@ demo-da: $(STAMP)
 # built-in two-turn calculator task, 2 simulated hosts x 2 CPU devices.
 demo-agentic: $(STAMP)
 	$(PY) examples/grpo_qwen3.py --learner=agentic_grpo --dataset=calc \
-	  --num_hosts=2 --devices_per_host=2 --batch_size=16 --num_generations=16 \
-	  --steps=40 --learning_rate=5e-3 --beta=0 --max_new_tokens=128 \
-	  --max_prompt_length=136 --metrics_out=runs/demo-agentic/metrics.jsonl
+	  --num_hosts=2 --devices_per_host=2 --batch_size=32 --num_generations=8 \
+	  --steps=100 --learning_rate=5e-3 --beta=0.1 --max_new_tokens=32 \
+	  --max_prompt_length=40 --metrics_out=runs/demo-agentic/metrics.jsonl
 
 # `make test` also records per-test and per-process statistics (JUnit XML
 # and one JSON per JAX process, tests/support/suite_stats.py) under

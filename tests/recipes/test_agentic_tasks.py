@@ -45,28 +45,40 @@ def test_environment_runs_the_calculator_between_two_turns():
   # 7 + 3 = 10: the tool's last digit is 0 ("a").
   obs, reward, done, _ = env.step("db")
   assert (obs, reward, done) == ("a:", 0.0, False)
-  obs, reward, done, _ = env.step("aaba")
-  # Turn 1: half of "db" names the operand d; turn 2: 3 of 4 are the "a".
-  assert done and reward == pytest.approx(0.5 * 1 / 2 + 0.5 * 3 / 4)
+  obs, reward, done, _ = env.step("a")
+  # Turn 1 starts with the operand d but is one letter too long (-0.25);
+  # turn 2 is exactly the tool's letter a.
+  assert done and reward == pytest.approx(0.5 * 0.75 + 0.5 * 1.0)
   env.close()
   assert rows == [{"prompt_index": 7, "pair": 1, "prompt": "hd:",
-                   "turns": ["db", "aaba"], "reward": reward}]
+                   "turns": ["db", "a"], "reward": reward}]
 
 
-def test_reward_is_each_turns_share_of_its_letter():
+def test_reward_wants_exactly_one_right_letter_per_turn():
   r = agentic_tasks.calc_reward
   # Prompt "cd:": turn 1 names d, turn 2 relays the tool's letter (f).
-  assert r(["d", "f"], "cd:", "f") == r(["dddd", "ff"], "cd:", "f") == 1.0
-  assert r(["", ""], "cd:", "f") == r(["c", "g"], "cd:", "f") == 0.0
-  assert r(["d", ""], "cd:", "f") == r(["", "ffff"], "cd:", "f") == 0.5
-  assert r(["dc", "fg"], "cd:", "f") == pytest.approx(0.5)
-  # Length-neutral: a longer turn of the same share scores the same.
-  assert r(["dc", "fg"], "cd:", "f") == r(["dcdc", "fgfg"], "cd:", "f")
+  assert r(["d", "f"], "cd:", "f") == 1.0
+  assert r(["c", "g"], "cd:", "f") == 0.0
+  assert r(["d", "g"], "cd:", "f") == r(["c", "f"], "cd:", "f") == 0.5
+  # Only the first letter counts; each letter more costs a quarter.
+  assert r(["dd", "f"], "cd:", "f") == r(["dc", "f"], "cd:", "f") == (
+      pytest.approx(0.5 * 0.75 + 0.5))
+  assert r(["dddd", "ffff"], "cd:", "f") == pytest.approx(0.25)
+  assert r(["cc", "g"], "cd:", "f") == pytest.approx(-0.125)
+  # An empty turn is one letter short.
+  assert r(["", ""], "cd:", "f") == pytest.approx(-0.25)
+  assert r(["", "f"], "cd:", "f") == pytest.approx(0.375)
 
 
-def test_turns_stop_at_eos_or_a_colon():
+def test_turns_stop_at_any_token_but_a_digit_letter():
   tok = models.ToyTokenizer()
-  assert agentic_tasks.stop_tokens(tok) == [tok.eos_id(), *tok.encode(":")]
+  stops = agentic_tasks.stop_tokens(tok)
+  # eos first (Tunix's sampler pads with the first), each token once.
+  assert stops[0] == tok.eos_id() and len(set(stops)) == len(stops)
+  digits = tok.encode(agentic_tasks.CALC_DIGITS)
+  assert sorted(stops + digits) == list(range(tok.vocab_size))
+  assert set(tok.encode(":k")) <= set(stops)
+  assert {tok.pad_id(), tok.bos_id(), tok.unk_id()} <= set(stops)
 
 
 @pytest.mark.parametrize("flags,match", [

@@ -19,9 +19,10 @@ environment per (prompt, sample). The task, in the tiny model's alphabet
 (letters a..j are the digits 0..9): the prompt "cd:" asks for c + d. Turn 1
 names the operand to add (d); the environment calls Tunix's
 `CalculatorTool` on the prompt's operands and shows the result's last digit
-("f:"); turn 2 relays it. Each turn is scored by the share of its
-characters that are its letter (dense, so GRPO has a signal from a random
-policy), half the reward each. Every trajectory has two model turns.
+("f:"); turn 2 relays it. A turn ends at any token that is not a digit
+letter, and each turn scores 1 if it starts with its letter, less a quarter
+for each letter it is away from a one-letter answer; half the reward each.
+Every trajectory has two model turns.
 
 The environment's reward is the trajectory reward Tunix's agentic reward
 manager adds up; the task has no reward functions of its own.
@@ -68,35 +69,42 @@ def calc_dataset(*, num_batches: int, batch_size: int,
 
 
 def stop_tokens(tokenizer: Any) -> list[int]:
-  """Where a turn of the calc task ends: `tokenizer`'s eos or a colon.
+  """Where a turn of the calc task ends: at any token that is not a digit
+  letter (eos first: Tunix's sampler pads with the first stop token).
 
-  Tunix's agentic learner gives an episode one token budget for all its
-  turns, and ends one that runs out before the environment sees the turn
-  that did (so that turn is never trained on): a random model's turns,
-  ended by eos alone, often use it up in turn 1, and GRPO then has no
-  gradient away from that. Ending turns at a colon (as the task's own
-  messages end) keeps most episodes to their two turns.
+  Tunix's sampler trims a turn's stop token and its agentic learner trains
+  only the turn's other tokens, so the model learns to stop only by
+  learning not to go on. With eos and a colon alone (2 of the 16 tokens) a
+  random model's turns were about 6 tokens long and grew as it learned;
+  with these 6 (pad, bos and unk included, so none is trained mid-turn)
+  they are 0-2 letters from the start.
   """
-  return [tokenizer.eos_id(), *tokenizer.encode(":")]
+  digits = set(tokenizer.encode(CALC_DIGITS))
+  eos = tokenizer.eos_id()
+  return [eos, *(i for i in range(tokenizer.vocab_size)
+                 if i != eos and i not in digits)]
 
 
-def _share(text: str, letter: str) -> float:
-  """The fraction of `text`'s characters equal to `letter` (0 if empty)."""
-  return sum(c == letter for c in text) / len(text) if text else 0.0
+def _turn_score(text: str, letter: str) -> float:
+  """1 if `text` starts with `letter`, less a quarter for each letter it
+  is away from a one-letter answer (an empty turn scores -0.25)."""
+  return float(text[:1] == letter) - 0.25 * abs(len(text) - 1)
 
 
 def calc_reward(turns: Sequence[str], prompt: str, letter: str) -> float:
   """An episode's reward: half for turn 1 naming the operand the tool adds
   last (`prompt`'s second letter), half for turn 2 relaying the tool's
-  `letter`, each the share of its turn's characters that do.
+  `letter`; a turn scores 1 if it starts with its letter, less a quarter
+  for each letter it is away from one letter (so "" scores -0.25).
 
-  Length-neutral on purpose: Tunix's agentic learner never trains a turn's
-  stop token, and a reward that asked for 8-character answers taught the
-  model to stop less, until episodes ran out of their shared response
-  budget (unscored, and their turns untrained).
+  Not length-neutral on purpose: the learner never trains a turn's stop
+  token, and with a length-neutral reward (the share of the right letter)
+  turns grew from 12 to 43 tokens in 40 steps; with no penalty for an empty
+  turn (whose episode may have no trained tokens) the model learned to
+  stop at once.
   """
   first, answer = turns
-  return 0.5 * _share(first, prompt[1]) + 0.5 * _share(answer, letter)
+  return 0.5 * _turn_score(first, prompt[1]) + 0.5 * _turn_score(answer, letter)
 
 
 def _environment_class() -> type[Any]:
