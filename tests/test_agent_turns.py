@@ -209,17 +209,73 @@ def test_an_engine_error_reaches_every_turn_of_its_call():
   assert _take(turns, row_ids, 0, 1) == [10, 1]
 
 
-def test_global_programs_off_the_main_thread_are_refused():
-  agent_turns.require_main_thread("x")  # The main thread: fine.
+class _Config:
+  """The two fields of Tunix's RLTrainingConfig that `order_logps` reads."""
+
+  def __init__(self, micro, mini=None):
+    self.train_micro_batch_size, self.mini_batch_size = micro, mini
+
+
+class _Example:
+  """A train example of `groups` groups (only its rows are read)."""
+
+  def __init__(self, groups):
+    self.prompt_ids = np.zeros((groups * G, 3), np.int32)
+
+
+def test_rollout_thread_log_probs_wait_for_the_updates_before_them():
+  """The learner's rollout thread asks for each group's log-probs as the
+  group finishes; with 2 groups per update, group 2's wait for the first
+  update and group 4's for the second, so every host issues L0 L1 T L2 L3
+  T L4."""
+  _, _, turns = _turns(batches=((10, 11, 12, 13),))
+  events, lock = [], threading.Lock()
+
+  def rollout_thread():
+    for group in range(5):
+      turns.order_logps(_Config(2))
+      with lock:
+        events.append(f"L{group}")
+
+  t = threading.Thread(target=rollout_thread)
+  t.start()
+  for _ in range(2):
+    while True:  # The main thread trains once two groups are ready.
+      with lock:
+        ready = sum(e.startswith("L") for e in events) - 2 * sum(
+            e == "T" for e in events)
+      if ready >= 2:
+        break
+      time.sleep(0.01)
+    time.sleep(0.1)  # A group's log-probs that did not wait would show.
+    with lock:
+      events.append("T")
+    turns.trained([_Example(2)])
+  t.join(timeout=10)
+  assert events == ["L0", "L1", "T", "L2", "L3", "T", "L4"]
+
+
+def test_main_thread_log_probs_do_not_wait(monkeypatch):
+  _, _, turns = _turns()
+  monkeypatch.setattr(agent_turns, "ORDER_TIMEOUT_S", 0.2)
+  turns.order_logps(_Config(1))
+  # No update yet: on the rollout thread this one would wait, and fail.
+  turns.order_logps(_Config(1))
+
+
+def test_a_train_step_that_never_comes_is_an_error(monkeypatch):
+  _, _, turns = _turns()
+  monkeypatch.setattr(agent_turns, "ORDER_TIMEOUT_S", 0.2)
   errors = []
 
-  def off_main():
+  def rollout_thread():
     try:
-      agent_turns.require_main_thread("get_actor_per_token_logps")
+      for _ in range(2):
+        turns.order_logps(_Config(1))
     except RuntimeError as e:
       errors.append(str(e))
 
-  t = threading.Thread(target=off_main)
+  t = threading.Thread(target=rollout_thread)
   t.start()
-  t.join()
-  assert errors and "compute_logps_micro_batch_size" in errors[0]
+  t.join(timeout=10)
+  assert errors and "waited 0 s for the updates of the 1 groups" in errors[0]

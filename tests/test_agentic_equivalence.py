@@ -17,8 +17,10 @@
 The example with `--learner=agentic_grpo --dataset=calc` (the built-in
 two-turn calculator task, tunix_mcjax/recipes/agentic_tasks.py), 2 steps,
 KL on: stock Tunix's single-controller RLCluster (1 process) against mcjax
-at 2 hosts x 2 devices (2 micro-batches per step, so the hosts agree on
-several train calls per step; one agent at a time, below) and 3 hosts x 2
+at 2 hosts x 2 devices (4 micro-batches per step of one prompt per host,
+whose log-probs Tunix computes on its rollout thread as each group
+finishes, so the hosts agree on several train calls per step and on their
+order with those log-prob passes; one agent at a time, below) and 3 hosts x 2
 devices (one micro-batch; hsdp; Tunix's default 16 concurrent agents per
 host), both under the transfer guard (no implicit transfer in a step). Same seed and data; every
 turn's sampling is keyed by its agent (prompt, sample, turn), so the runs
@@ -57,15 +59,17 @@ _FLAGS = ("--learner=agentic_grpo", "--dataset=calc", "--steps=2",
           "--num_generations=2", "--max_new_tokens=24",
           "--max_prompt_length=40", "--beta=0.04", "--seed=3",
           "--learning_rate=1e-2")
-# Two micro-batches of 4 prompts per step (2 per host under mcjax), one
-# agent at a time: Tunix's learner fills its micro-batches in the order its
+# Four micro-batches of 2 prompts per step (1 per host under mcjax: Tunix
+# computes the log-probs on its rollout thread, which mcjax orders with the
+# train steps, agent_turns.AgentTurns.order_logps), one agent at a time:
+# Tunix's learner fills its micro-batches in the order its
 # agents finish, so with concurrent agents even two stock runs train on
 # other groupings (the same gradient terms, summed in another order, which
 # Adam amplifies past 1e-6). One at a time, micro-batch k is the same
 # groups in both (admission deals the prompts so), and the runs agree
 # bit for bit. The 3-host runs (one micro-batch) keep 16 concurrent agents.
 _TWO_HOSTS = (*_FLAGS, "--batch_size=8", "--mini_batch_size=8",
-              "--micro_batch_size=4", "--max_concurrency=1")
+              "--micro_batch_size=2", "--max_concurrency=1")
 _THREE_HOSTS = (*_FLAGS, "--batch_size=6")
 _RUNS = {
     "tunix2": (*_TWO_HOSTS, "--backend=tunix", "--num_hosts=2",

@@ -32,13 +32,16 @@ snapshot of the policy taken at every weight sync; mcjax uses the live
 trainer state, which is that policy as long as no optimizer update happened
 since the sync, and refuses otherwise (several updates per batch).
 
-Multi-controller discipline: that pass and the reference pass are global
-programs, so they must be issued on the learner's main thread, in the same
-order on every host. Tunix's agentic learner does so when it builds its
-micro-batches in the consumer (compute_logps_micro_batch_size equal to
-train_micro_batch_size); called from its rollout thread they would
-interleave with the train step differently on every host, so that is an
-error naming the fix.
+Multi-controller discipline: that pass, the reference pass and the train
+step are global programs, which every host must issue in the same order.
+Tunix's agentic learner computes the log-probs on its main thread, where it
+trains, when compute_logps_micro_batch_size equals train_micro_batch_size
+(above 1 per host). With 1 per host it computes each group's log-probs on
+its rollout thread as the group finishes, which would interleave with the
+train steps differently on every host; `AgentTurns.order_logps` then holds
+a group's log-probs until the updates before its micro-batch are done, so
+every host issues L1 .. Lm T1 Lm+1 .. (m groups per update), whatever order
+its agents finish in.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ from tunix_mcjax import ledger as ledger_lib
 
 # (prompts, max_generation_steps) -> the rollout's output of those rows.
 Generate = Callable[[Any, "int | None"], Any]
+
+# How long a group's log-probs wait for the train step before them.
+ORDER_TIMEOUT_S = 3600.0
 
 # Tunix's trace tag names (tunix.perf.experimental.constants).
 GROUP_ID = "group_id"
@@ -82,6 +88,10 @@ class AgentTurns:
     self._ready = threading.Condition()
     self._pending: list[_Turn] = []
     self._busy = False
+    # Groups whose log-probs the rollout thread asked for, groups trained.
+    self._order = threading.Condition()
+    self._logps_groups = 0
+    self._trained_groups = 0
 
   @staticmethod
   def is_turn(trace_tags: Any) -> bool:
@@ -135,6 +145,46 @@ class AgentTurns:
     if turn.error is not None:
       raise turn.error
     return turn.out
+
+  def order_logps(self, training_config: Any) -> None:
+    """Where the learner asks for a group's trainer-side log-probs (its
+    first global program for the group): on its rollout thread, waits until
+    the updates before the group's micro-batch are done (module doc).
+
+    `training_config`: the host's Tunix RLTrainingConfig (its micro-batch
+    of prompts).
+    """
+    if threading.current_thread() is threading.main_thread():
+      return
+    per_update = (training_config.train_micro_batch_size
+                  or training_config.mini_batch_size or self._prompts())
+    with self._order:
+      group, self._logps_groups = self._logps_groups, self._logps_groups + 1
+      before = group - group % per_update
+      if not self._order.wait_for(lambda: self._trained_groups >= before,
+                                  timeout=ORDER_TIMEOUT_S):
+        raise RuntimeError(
+            f"The log-probs of this host's group {group} waited"
+            f" {ORDER_TIMEOUT_S:.0f} s for the updates of the"
+            f" {before} groups before it ({self._trained_groups} trained):"
+            " the learner's train step did not run.")
+
+  def trained(self, train_ds: Any) -> None:
+    """An update over `train_ds` (this host's examples) is done."""
+    rows = sum(int(np.shape(e.prompt_ids)[0]) for e in train_ds)
+    with self._order:
+      self._trained_groups += rows // self._num_generations()
+      self._order.notify_all()
+
+  def _num_generations(self) -> int:
+    entries = self._ledger.entries
+    return int(entries[0].row_ids[:, 1].max()) + 1 if entries else 1
+
+  def _prompts(self) -> int:
+    """This host's prompts per batch."""
+    entries = self._ledger.entries
+    return (entries[0].row_ids.shape[0] // self._num_generations()
+            if entries else 1)
 
   def _identity(self, group: int, pair: int) -> np.ndarray:
     entries = self._ledger.entries
@@ -207,17 +257,14 @@ def _run_batch(batch: list[_Turn], run: Generate, fixed_ids: Any,
   return outs
 
 
-def require_main_thread(what: str) -> None:
-  """A global program issued off the main thread is an error naming the fix."""
+def chunk_rows(micro_batch_size: int | None) -> int | None:
+  """Rows per log-prob program: `micro_batch_size`, except on the agentic
+  learner's rollout thread, which asks for one group's log-probs at a time
+  with a micro-batch of 1 (module doc): the group's rows then go in one
+  program, as a single row cannot split over a host's devices."""
   if threading.current_thread() is threading.main_thread():
-    return
-  raise RuntimeError(
-      f"{what} was called from the learner's rollout thread"
-      f" ({threading.current_thread().name}): on mcjax every host must issue"
-      " global programs in the same order, on its main thread. With Tunix's"
-      " agentic learner set compute_logps_micro_batch_size equal to"
-      " train_micro_batch_size (at least 2 per host), so that it computes"
-      " log-probs where it trains.")
+    return micro_batch_size
+  return None
 
 
 def actor_logps_fn(trainer: Any, *, pad_id: int, eos_id: int,
@@ -237,7 +284,6 @@ def actor_logps_fn(trainer: Any, *, pad_id: int, eos_id: int,
   from tunix.rl import common
   # pylint: enable=g-import-not-at-top
 
-  require_main_thread("get_actor_per_token_logps")
   if trainer.train_steps != updates_at_sync:
     raise NotImplementedError(
         "get_actor_per_token_logps after an optimizer update within a step"

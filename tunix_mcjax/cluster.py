@@ -453,8 +453,7 @@ class McJaxRLCluster(compat.RLCluster):
         "logps", cross_host="logps"
     ), self._get_mesh_and_logical_axis_rules_cm(role), self._guarded():
       for sl in rl_utils.chunk_slices_by_size(
-          stop=n, step=micro_batch_size or n
-      ):
+          stop=n, step=agent_turns.chunk_rows(micro_batch_size) or n):
         out = compute(
             self._to_global(global_rows.take_rows(prompt_tokens, sl)),
             self._to_global(global_rows.take_rows(completion_tokens, sl)))
@@ -473,6 +472,7 @@ class McJaxRLCluster(compat.RLCluster):
   def get_actor_per_token_logps(self, prompt_tokens, completion_tokens,
                                 pad_id, eos_id, micro_batch_size=None,
                                 temperature=None):
+    self.agent_turns.order_logps(self.cluster_config.training_config)
     return self._global_logps(Role.ACTOR, agent_turns.actor_logps_fn(
         self.actor_trainer, pad_id=pad_id, eos_id=eos_id,
         temperature=(temperature if temperature is not None else
@@ -491,6 +491,7 @@ class McJaxRLCluster(compat.RLCluster):
           skip_jit,
       )
       jax.block_until_ready(nnx.state(self.actor_trainer.model))
+    self.agent_turns.trained(train_ds)
 
   def buffer_metrics(self, metrics, mode=Mode.TRAIN):
     if mode == Mode.TRAIN:

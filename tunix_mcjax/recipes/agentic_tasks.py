@@ -181,9 +181,9 @@ def toy_chat_parser(tokenizer: Any) -> Any:
   return ToyChatParser(tokenizer)
 
 
-def check_job_config(cfg: Any, *, mini: int, micro: int) -> None:
+def check_job_config(cfg: Any, *, mini: int) -> None:
   """--learner=agentic_grpo: what mcjax runs of Tunix's agentic learner
-  (`cfg`: the GrpoJobConfig; `mini`, `micro`: its batch sizes)."""
+  (`cfg`: the GrpoJobConfig; `mini`: its mini-batch size)."""
   agentic, calc = cfg.learner == "agentic_grpo", cfg.dataset == "calc"
   if agentic != calc:
     raise ValueError(
@@ -219,12 +219,6 @@ def check_job_config(cfg: Any, *, mini: int, micro: int) -> None:
     raise ValueError(
         f"--learner=agentic_grpo with {', '.join(bad)}: not supported yet"
         " (docs/agentic.md); remove it.")
-  if micro < 2:
-    raise ValueError(
-        f"--learner=agentic_grpo needs micro-batches of at least 2 prompts"
-        f" per host (got --micro_batch_size={micro}): mcjax computes the"
-        " agentic learner's log-probs where it trains"
-        " (compute_logps_micro_batch_size = the micro-batch).")
 
 
 def learner(cfg: Any, cluster: Any, reward_fns: Sequence[Any],

@@ -154,13 +154,6 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
         num_iterations=cfg.num_iterations,
         max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
         trainer_hosts=cfg.trainer_hosts))
-  if cfg.learner == "agentic_grpo" and cfg.backend in ("mcjax", "mcjax_da"):
-    micro = cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size
-    if micro < 2 * num_hosts:
-      problems.append(
-          f"--learner=agentic_grpo needs micro-batches of at least 2 prompts"
-          f" per host: --micro_batch_size={micro} over {num_hosts} hosts;"
-          f" use at least {2 * num_hosts}.")
   if cfg.backend in ("mcjax", "mcjax_da"):
     for name, value in (("batch_size", cfg.batch_size),
                         ("mini_batch_size", cfg.mini_batch_size),

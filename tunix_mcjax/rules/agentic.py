@@ -21,10 +21,10 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
 * mcjax computes the trainer-side log-probs from the live trainer state, so
   only one optimizer update per batch (mini-batch = batch,
   `num_iterations=1`);
-* the global log-prob passes must run on the learner's main thread, which
-  Tunix's learner does only when `compute_logps_micro_batch_size` equals
-  `train_micro_batch_size`, with at least 2 prompts per host in it (Tunix
-  takes a size of 1 for "on the rollout thread");
+* `compute_logps_micro_batch_size` must equal `train_micro_batch_size`, as
+  Tunix requires; with one prompt per host Tunix computes the log-probs on
+  its rollout thread, which mcjax orders with the train steps
+  (`agent_turns.AgentTurns.order_logps`);
 * agent turns are keyed by the learner's group ids, which its evaluation
   and its own resume skipping number differently (not verified), and by
   the engine's per-row keys (the native engine's and vLLM's per-row seeds);
@@ -125,10 +125,9 @@ def agentic_job(
     problems.append(Problem(
         message=f"training_mode=agentic_grpo needs"
         f" rl_training_config.compute_logps_micro_batch_size={micro} (got"
-        f" {logps}): equal to train_micro_batch_size, so that Tunix's agentic"
-        " learner computes its log-probs where it trains, on its main thread"
-        " (mcjax's global programs must run there, in the same order on"
-        " every host)."))
+        f" {logps}): equal to train_micro_batch_size, so that every host"
+        " computes the log-probs of the micro-batches it trains (mcjax's"
+        " global programs run in the same order on every host)."))
   # Tunix's learner checks it too, but only inside the hosts.
   if agentic.get("use_rollout_logps", True) and not (
       config.get("rollout_config") or {}).get("return_logprobs"):
@@ -136,11 +135,5 @@ def agentic_job(
         message="training_mode=agentic_grpo needs"
         " rollout_config.return_logprobs=true (Tunix's agentic learner uses"
         " the rollout's log-probs; agentic_grpo_config.use_rollout_logps)."))
-  if micro < 2 * num_hosts:
-    problems.append(Problem(
-        message=f"training_mode=agentic_grpo needs micro-batches of at least"
-        f" 2 prompts per host: train_micro_batch_size={micro} over"
-        f" {num_hosts} hosts; use at least {2 * num_hosts} (Tunix's agentic"
-        " learner takes a log-prob micro-batch of 1 for its rollout"
-        " thread)."))
+  del num_hosts  # A micro-batch of one prompt per host is ordered (below).
   return problems
