@@ -171,6 +171,8 @@ class AgentTurns:
 
   def trained(self, train_ds: Any) -> None:
     """An update over `train_ds` (this host's examples) is done."""
+    if not self._logps_groups:  # Nothing waits (any other learner too).
+      return
     rows = sum(int(np.shape(e.prompt_ids)[0]) for e in train_ds)
     with self._order:
       self._trained_groups += rows // self._num_generations()
