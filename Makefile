@@ -80,7 +80,7 @@ help:
 	@echo "make venv   - create/refresh $(VENV) from requirements/main.lock"
 	@echo "make lock   - re-resolve requirements/main.in into requirements/main.lock"
 	@echo "make demo-da - the demo disaggregated: 1 trainer host + 2 rollout hosts on a local Ray (max_staleness 1)"
-	@echo "make demo-agentic - Tunix's agentic GRPO learner on mcjax: a two-turn calculator task, 2 simulated hosts"
+	@echo "make demo-agentic - Tunix's agentic GRPO learner on mcjax: a two-turn calculator task, colocated then disaggregated"
 	@echo "make demo-vllm - the demo with a vLLM engine per host (creates $(VENV_VLLM), Python 3.11)"
 	@echo "make test-vllm - the vLLM engine tests, in $(VENV_VLLM) (Python 3.11, jax 0.10.2; not part of 'make test')"
 	@echo "make venv-vllm - create/refresh $(VENV_VLLM) from requirements/vllm.lock"
@@ -108,12 +108,17 @@ demo-da: $(STAMP)
 	  --metrics_out=runs/demo-da/metrics.jsonl
 
 # Agentic GRPO (docs/agentic.md): Tunix's multi-turn agent learner on the
-# built-in two-turn calculator task, 2 simulated hosts x 2 CPU devices.
+# built-in two-turn calculator task, colocated (2 simulated hosts x 2 CPU
+# devices), then disaggregated on-policy (1 trainer host, 2 rollout hosts).
+AGENTIC_DEMO := examples/grpo_qwen3.py --learner=agentic_grpo --dataset=calc \
+  --devices_per_host=2 --batch_size=32 --num_generations=8 --steps=100 \
+  --learning_rate=5e-3 --beta=0.1 --max_new_tokens=32 --max_prompt_length=40
 demo-agentic: $(STAMP)
-	$(PY) examples/grpo_qwen3.py --learner=agentic_grpo --dataset=calc \
-	  --num_hosts=2 --devices_per_host=2 --batch_size=32 --num_generations=8 \
-	  --steps=100 --learning_rate=5e-3 --beta=0.1 --max_new_tokens=32 \
-	  --max_prompt_length=40 --metrics_out=runs/demo-agentic/metrics.jsonl
+	$(PY) $(AGENTIC_DEMO) --num_hosts=2 \
+	  --metrics_out=runs/demo-agentic/metrics.jsonl
+	$(PY) $(AGENTIC_DEMO) --backend=mcjax_da --trainer_hosts=1 \
+	  --rollout_hosts=2 --max_staleness=0 \
+	  --metrics_out=runs/demo-agentic-da/metrics.jsonl
 
 # `make test` also records per-test and per-process statistics (JUnit XML
 # and one JSON per JAX process, tests/support/suite_stats.py) under
