@@ -265,6 +265,13 @@ def test_meshes_that_do_not_map(da_lib, actor, rollout, kwargs, message):
   assert counts.rollout_hosts is None or counts.trainer_hosts is None
 
 
+def test_grpo_staleness_defaults_to_one(da_pipeline, da_lib):
+  plan = da_lib.plan(da_pipeline(), devices_per_host=2)
+  assert plan.options.max_staleness == 1
+  assert plan.options.da_options().max_staleness == 1
+  assert plan.describe().endswith("max_staleness 1")
+
+
 def test_stock_disagg_config_maps(da_pipeline, da_lib):
   plan = da_lib.plan(da_pipeline(max_staleness=0), devices_per_host=2)
   assert (plan.options.trainer_hosts, plan.options.rollout_hosts) == (1, 2)

@@ -99,7 +99,9 @@ TRAINER_HOSTS = _job_flag(
 ROLLOUT_HOSTS = _job_flag(
     "rollout_hosts", "Default: the size of rollout_model_config.mesh /"
     " --devices_per_host (needed when the rollout has no mesh of its own).")
-MAX_STALENESS = _job_flag("max_staleness")
+MAX_STALENESS = _job_flag(
+    "max_staleness", "Default: 1, and 0 with training_mode=agentic_grpo"
+    " (agent turns train on-policy only).")
 IS_CAP = _job_flag("is_cap")
 RESUME_STEP = _job_flag(
     "resume_step", "Here the checkpoint directory is"

@@ -298,7 +298,8 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
     try:
       resolved = dataclasses.replace(
           options, trainer_hosts=trainer_hosts,
-          rollout_hosts=counts.rollout_hosts)
+          rollout_hosts=counts.rollout_hosts,
+          max_staleness=options.staleness(agentic=pipeline.agentic))
     except ValueError as e:
       problems.append(str(e))
   if resolved is not None:

@@ -72,7 +72,10 @@ class CliOptions:
     trainer_hosts, rollout_hosts: mcjax_da only: trainer and rollout
       processes; None: from the actor and rollout meshes
       (`cli.disaggregated.plan`).
-    max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s.
+    max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s;
+      max_staleness None: 1, or 0 in training_mode=agentic_grpo (agent
+      turns train on-policy; `staleness`), resolved by
+      `cli.disaggregated.plan`.
     resume_step: mcjax and mcjax_da only: resume from the complete
       checkpoint of this step under `checkpoint_root_directory` instead of
       the latest (`checkpointing.check_resume`); None: the latest.
@@ -104,7 +107,7 @@ class CliOptions:
   reward_timeout_s: float = rewards_pool.DEFAULT_TIMEOUT_S
   trainer_hosts: int | None = None
   rollout_hosts: int | None = None
-  max_staleness: int = 1
+  max_staleness: int | None = None
   is_cap: float = 2.0
   resume_step: int | None = None
   params_out: str | None = None
@@ -189,7 +192,8 @@ class CliOptions:
       try:
         self.da_options(trainer_hosts=self.trainer_hosts or 1,
                         rollout_hosts=self.rollout_hosts or
-                        (self.trainer_hosts or 1))
+                        (self.trainer_hosts or 1),
+                        max_staleness=self.staleness(agentic=False))
       except ValueError as e:
         raise ConfigError(str(e)) from e
 
@@ -210,17 +214,27 @@ class CliOptions:
     """Whether batches go through admission (row ids, equal host shares)."""
     return self.multi_controller or self.placement_invariant_sampling
 
+  def staleness(self, *, agentic: bool) -> int:
+    """--max_staleness, or its default: 1, and 0 for Tunix's agentic mode,
+    which mcjax_da runs on-policy only."""
+    if self.max_staleness is not None:
+      return self.max_staleness
+    return 0 if agentic else 1
+
   def da_options(self, **overrides: Any) -> Any:
-    """mcjax_da: the `DaOptions` of these options (host counts resolved by
-    `cli.disaggregated.plan`, or given in `overrides`)."""
+    """mcjax_da: the `DaOptions` of these options (host counts and the
+    staleness resolved by `cli.disaggregated.plan`, or given in
+    `overrides`)."""
     from tunix_mcjax.da import options as da_options  # pylint: disable=g-import-not-at-top
 
     fields = dict(trainer_hosts=self.trainer_hosts,
                   rollout_hosts=self.rollout_hosts,
                   max_staleness=self.max_staleness, is_cap=self.is_cap)
     fields.update(overrides)
-    if fields["trainer_hosts"] is None or fields["rollout_hosts"] is None:
+    if None in (fields["trainer_hosts"], fields["rollout_hosts"],
+                fields["max_staleness"]):
       raise ConfigError(
-          "--backend=mcjax_da: the trainer and rollout host counts are not"
-          " resolved yet (cli.disaggregated.plan resolves them).")
+          "--backend=mcjax_da: the trainer and rollout host counts or the"
+          " staleness are not resolved yet (cli.disaggregated.plan resolves"
+          " them).")
     return da_options.DaOptions(**fields)

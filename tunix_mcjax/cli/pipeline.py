@@ -456,7 +456,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
       # The off-policy correction's settings, as the example's fingerprint
       # (absent from a colocated run's checkpoint, which a K = 0 run may
       # resume: the same numbers).
-      da = {"max_staleness": self.options.max_staleness,
+      da = {"max_staleness": self.options.staleness(agentic=self.agentic),
             "is_cap": self.options.is_cap}
     return {
         **da,
