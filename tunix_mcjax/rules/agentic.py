@@ -56,7 +56,6 @@ def agentic_job(
     config: Mapping[str, Any],
     *,
     backend: str,
-    num_hosts: int,
     engine: str,
     run_eval: bool = False,
     resume_step: int | None = None,
@@ -67,7 +66,6 @@ def agentic_job(
   Args:
     config: Tunix's parsed GRPO config.
     backend: the CLI's --backend.
-    num_hosts: hosts of the job.
     engine: the mcjax engine the config selects (`rules.selected_engine`).
     run_eval: the CLI's --run_eval.
     resume_step: the CLI's --resume_step.
@@ -135,5 +133,4 @@ def agentic_job(
         message="training_mode=agentic_grpo needs"
         " rollout_config.return_logprobs=true (Tunix's agentic learner uses"
         " the rollout's log-probs; agentic_grpo_config.use_rollout_logps)."))
-  del num_hosts  # A micro-batch of one prompt per host is ordered (below).
   return problems

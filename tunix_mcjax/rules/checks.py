@@ -184,7 +184,7 @@ def check_job(
   grpo = config.get(learner_section(config)) or {}
   problems = [
       training_mode(mode),
-      *agentic_job(config, backend=backend, num_hosts=num_hosts,
+      *agentic_job(config, backend=backend,
                    engine=selected_engine(engine, config),
                    run_eval=run_eval, resume_step=resume_step,
                    max_staleness=max_staleness),
