@@ -188,11 +188,12 @@ STAMP_MXV := $(VENV_MXV)/.installed
 # The vLLM tests, plus MaxText trainer -> vLLM engines (2 hosts, scanned and
 # unscanned; patched train_rl with rl_rollout_engine=mcjax:vllm) and the job
 # config accepting that combination here; vLLM rollout hosts and MaxText
-# trainer hosts under mcjax_da; Tunix's disaggregated vLLM recipe script.
+# trainer hosts under mcjax_da; Tunix's disaggregated vLLM recipe scripts
+# (GRPO and agentic).
 MXV_TESTS := $(VLLM_TESTS) tests/maxtext/test_maxtext_vllm.py \
   tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment \
   tests/da/test_da_vllm.py tests/cli/test_recipe_vllm_disagg.py \
-  tests/cli/test_cli_agentic_vllm.py
+  tests/cli/test_recipe_agentic_disagg.py tests/cli/test_cli_agentic_vllm.py
 $(STAMP_MXV): requirements/maxtext-vllm.lock pyproject.toml scripts/install_locked.py
 	$(call make_venv,$(VENV_MXV),$(PYTHON312),3.12,$(WHY312),requirements/maxtext-vllm.lock,--no-cache-dir)
 

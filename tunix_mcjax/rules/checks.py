@@ -36,6 +36,7 @@ from tunix_mcjax.rules.batches import checkpoint_interval
 from tunix_mcjax.rules.batches import data_sharding_axes
 from tunix_mcjax.rules.batches import global_batch
 from tunix_mcjax.rules.engines import VANILLA_ENGINE
+from tunix_mcjax.rules.engines import cli_model_source
 from tunix_mcjax.rules.engines import selected_engine
 from tunix_mcjax.rules.engines import rollout_engine
 from tunix_mcjax.rules.learners import UNSUPPORTED_ROLES
@@ -184,6 +185,7 @@ def check_job(
   grpo = config.get(learner_section(config)) or {}
   problems = [
       training_mode(mode),
+      cli_model_source(config),
       *agentic_job(config, backend=backend,
                    engine=selected_engine(engine, config),
                    run_eval=run_eval, resume_step=resume_step,

@@ -133,6 +133,28 @@ MAXTEXT_ENGINES = {
 }
 
 
+def cli_model_source(config: Mapping[str, Any]) -> Problem | None:
+  """A MaxText actor through Tunix's CLI (`model_source: maxtext`).
+
+  mcjax's CLI builds the actor with Tunix 0.1.7's `create_model`, which
+  drops `model_config.kwargs` (MaxText's overrides) and takes MaxText's model
+  name from `model_id`'s last path part; and a MaxText actor trains on
+  MaxText's own mesh and publishes through the MaxText -> Qwen3 mapping,
+  which the example and MaxText's train_rl wire up and the CLI does not.
+  """
+  sections = ("model_config", "actor_model_config", "reference_model_config")
+  if not any((config.get(s) or {}).get("model_source") == "maxtext"
+             for s in sections):
+    return None
+  return Problem(
+      message="model_source='maxtext' (a MaxText actor): not supported by"
+      " mcjax's CLI yet (docs/cli.md); train a MaxText actor with"
+      " examples/grpo_qwen3.py --trainer=maxtext or MaxText's train_rl"
+      " (rl_rollout_engine=mcjax:vllm), or set model_source=huggingface.",
+      error=NotImplementedError,
+  )
+
+
 def missing_modules(names: Iterable[str]) -> tuple[str, ...]:
   """The top-level modules among `names` this interpreter cannot import.
 

@@ -1,0 +1,141 @@
+# Copyright 2026 The tunix_mcjax Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tunix's agentic disaggregated recipe, examples/rl/grpo/gsm8k/
+run_qwen3_8b_disagg.sh, under `--backend=mcjax_da` (its default).
+
+Runs where vLLM imports (`.venv-maxtext-vllm`, `make test-maxtext-vllm`).
+One run of the script with its own lines (training_mode=agentic_grpo,
+rollout_engine="vllm", a training and log-prob micro-batch of 1 beside a
+rollout micro-batch of the batch, Qwen's chat parser, the recipe's system
+prompt, vllm_config); the environment overrides only the model (a tiny
+local Qwen3 with head_dim 32, which vLLM's CPU attention needs), the data
+(4 GSM8K rows), sizes (batch 2, 2 agents a prompt, 8 response tokens, 2
+steps), the CPU (2 simulated devices per host), where outputs go, the base
+config (the tests' own with base_agentic_config.yaml's keys: the Tunix
+wheel ships neither) and, because the random tiny model seldom says eos,
+turns that also end at a digit (an episode that runs out of its budget is
+not trained, docs/agentic.md). The recipe's meshes at size: train (2,1) ->
+1 trainer host, rollout (1,2) -> 1 rollout host with its own vLLM engine.
+Agentic jobs under mcjax_da train on-policy (--max_staleness defaults to 0).
+The numbers of agentic DA jobs against colocated and stock runs are
+tests/cli/test_cli_agentic.py's and tests/test_agentic_equivalence.py's
+business; this test shows the recipe runs.
+"""
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import yaml
+
+import cli_runs
+import launch_utils
+from cli import test_cli_agentic as agentic_cli
+
+pytestmark = [pytest.mark.vllm, pytest.mark.multihost, pytest.mark.e2e]
+
+pytest.importorskip("vllm")
+
+REPO = launch_utils.REPO_ROOT
+RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / (
+    "run_qwen3_8b_disagg.sh")
+BATCH, GENERATIONS, STEPS = 2, 2, 2
+
+
+@pytest.fixture(scope="module")
+def recipe_run(tmp_path_factory):
+  launch_utils.require_markers("multihost", "e2e")
+  root = tmp_path_factory.mktemp("recipe_agentic_disagg")
+  base = root / "base" / "base_config.yaml"
+  base.parent.mkdir()
+  base.write_text(yaml.safe_dump(
+      agentic_cli.agentic_config(base.parent / "scratch"), sort_keys=False))
+  inputs = cli_runs.short_gsm8k_inputs(root, BATCH * STEPS, head_dim=32)
+  stop_tokens = agentic_cli.stop_tokens(inputs["model"])
+  out = root / "out"
+  (out / "cwd").mkdir(parents=True)
+  env = launch_utils.launcher_env({
+      "PYTHON": sys.executable,
+      "base_config": str(base),
+      "model_name": "qwen3-tiny",
+      "model_dir": str(inputs["model"]),
+      "data_dir": str(inputs["data"]),
+      "batch_size": str(BATCH),
+      "num_batches": str(STEPS),
+      "mini_batch_size": str(BATCH),
+      "rollout_micro_batch_size": str(BATCH),
+      "num_generations": str(GENERATIONS),
+      "max_response_length": "8",
+      # Chat template, system prompt and question through a character
+      # tokenizer: about 600 tokens.
+      "max_prompt_length": "1024",
+      "train_mesh": "(2,1)",
+      "rollout_mesh": "(1,2)",
+      "checkpoint_dir": "null",
+      "HF_DATASETS_CACHE": str(out / "hf_datasets"),
+      "JAX_PLATFORMS": "cpu",
+  })
+  engine_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                           "tunix_mcjax_vllm_*")))
+  proc = subprocess.run(
+      ["bash", str(RECIPE),
+       f"rollout_config.eos_tokens={stop_tokens}",
+       "model_config.model_download_path=" + str(out / "models"),
+       f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}",
+       "--devices_per_host=2", f"--metrics_out={out / 'metrics.jsonl'}",
+       "--timeout=600"],
+      env=env, cwd=out / "cwd", capture_output=True, text=True, timeout=900)
+  (out / "console.txt").write_text(proc.stdout + proc.stderr)
+  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+  records = [json.loads(l)
+             for l in (out / "metrics.jsonl").read_text().splitlines()]
+  # The rollout host freed its vLLM engine (and its temporary directory).
+  left = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                    "tunix_mcjax_vllm_*"))) - engine_dirs
+  assert not left, left
+  return out, proc, records
+
+
+def test_recipe_maps_meshes_and_names_the_engine(recipe_run):
+  out, proc, _ = recipe_run
+  assert ("[grpo_main] mcjax_da: actor mesh (2,1) -> 1 trainer host(s);"
+          " rollout mesh (1,2) -> 1 rollout host(s)") in proc.stdout
+  assert ("rollout_engine=vllm: mcjax engine 'vllm' (the host-local vLLM on"
+          " CPU)") in proc.stdout
+  assert "max_staleness 0" in proc.stdout + proc.stderr
+  assert "starting 1 rollout hosts and 1 trainer hosts" in proc.stderr
+  # The recipe's vllm_config reached the rollout host's engine, which names
+  # what it does not use.
+  assert ("mcjax's 'vllm' engine (PyTorch vLLM) does not use:"
+          " RolloutConfig.rollout_vllm_server_mode=True") in proc.stderr
+  # Nothing written relative to the working directory.
+  assert not list((out / "cwd").iterdir())
+
+
+def test_recipe_trains_agents_on_policy(recipe_run):
+  _, _, records = recipe_run
+  assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+  assert {r["backend"] for r in records} == {"mcjax_da"}
+  assert [r["staleness"] for r in records] == [0] * STEPS
+  assert [r["policy_version"] for r in records] == list(range(STEPS))
+  for r in records:
+    assert math.isfinite(r["loss"]) and r["completion_tokens"] > 0, r
+  # Some agent's turn ended (eos or a digit) and was scored and trained.
+  assert max(r["grad_norm"] for r in records) > 0, records
