@@ -189,7 +189,7 @@ STAMP_MXV := $(VENV_MXV)/.installed
 # unscanned; patched train_rl with rl_rollout_engine=mcjax:vllm) and the job
 # config accepting that combination here; vLLM rollout hosts and MaxText
 # trainer hosts under mcjax_da; Tunix's disaggregated vLLM recipe scripts
-# (GRPO and agentic).
+# (GRPO, agentic, agentic with a MaxText actor).
 MXV_TESTS := $(VLLM_TESTS) tests/maxtext/test_maxtext_vllm.py \
   tests/maxtext/test_maxtext_models.py::test_maxtext_with_vllm_needs_both_in_one_environment \
   tests/da/test_da_vllm.py tests/cli/test_recipe_vllm_disagg.py \

@@ -573,9 +573,12 @@ def test_colocated_config_passes_and_derives_devices(cli, pipeline):
     (["actor_model_config.mesh.shape=(1,4)"], 4, None, "tp=4 must divide"),
     (["offload_to_cpu=true"], 2, None, "offload_to_cpu"),
     (["actor_model_config.lora_config.rank=8"], 2, None, "LoRA"),
-    (["model_config.model_source=maxtext"], 2, None,
-     "model_source='maxtext' (a MaxText actor): not supported by mcjax's"
-     " CLI yet"),
+    (["model_config.model_source=maxtext",
+      "actor_model_config.lora_config.rank=8"], 2, None,
+     "LoRA on a MaxText actor is not supported"),
+    (["model_config.model_source=maxtext",
+      "actor_model_config.mesh.shape=(2,2)"], 2, None,
+     "a MaxText actor trains with FSDP over all its devices"),
 ])
 def test_configs_mcjax_cannot_honour(cli, pipeline, overrides, num_hosts,
                                      devices, message):

@@ -12,11 +12,12 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Tunix's agentic disaggregated recipe, examples/rl/grpo/gsm8k/
-run_qwen3_8b_disagg.sh, under `--backend=mcjax_da` (its default).
+"""Tunix's agentic disaggregated recipes, examples/rl/grpo/gsm8k/
+run_qwen3_8b_disagg.sh and its MaxText twin run_qwen3_8b_disagg_maxtext.sh,
+under `--backend=mcjax_da` (their default).
 
-Runs where vLLM imports (`.venv-maxtext-vllm`, `make test-maxtext-vllm`).
-One run of the script with its own lines (training_mode=agentic_grpo,
+Runs where vLLM and MaxText import (`.venv-maxtext-vllm`,
+`make test-maxtext-vllm`). One run of each script with its own lines (training_mode=agentic_grpo,
 rollout_engine="vllm", a training and log-prob micro-batch of 1 beside a
 rollout micro-batch of the batch, Qwen's chat parser, the recipe's system
 prompt, vllm_config); the environment overrides only the model (a tiny
@@ -28,6 +29,11 @@ wheel ships neither) and, because the random tiny model seldom says eos,
 turns that also end at a digit (an episode that runs out of its budget is
 not trained, docs/agentic.md). The recipe's meshes at size: train (2,1) ->
 1 trainer host, rollout (1,2) -> 1 rollout host with its own vLLM engine.
+The MaxText recipe's actor is MaxText's qwen3-8b at the tiny widths (its
+base_emb_dim variable and more model_config.kwargs: MaxText settings, which
+Tunix 0.1.7's CLI would drop and mcjax passes on), random weights; its
+rollout host runs vLLM on Tunix's Qwen3 of those widths, into which the
+trainer maps its parameters.
 Agentic jobs under mcjax_da train on-policy (--max_staleness defaults to 0).
 The numbers of agentic DA jobs against colocated and stock runs are
 tests/cli/test_cli_agentic.py's and tests/test_agentic_equivalence.py's
@@ -54,15 +60,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.multihost, pytest.mark.e2e]
 pytest.importorskip("vllm")
 
 REPO = launch_utils.REPO_ROOT
-RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / (
-    "run_qwen3_8b_disagg.sh")
+RECIPES = REPO / "examples" / "rl" / "grpo" / "gsm8k"
 BATCH, GENERATIONS, STEPS = 2, 2, 2
 
 
-@pytest.fixture(scope="module")
-def recipe_run(tmp_path_factory):
-  launch_utils.require_markers("multihost", "e2e")
-  root = tmp_path_factory.mktemp("recipe_agentic_disagg")
+def _run(root, recipe: str, env: dict[str, str], args: list[str]):
+  """Runs `recipe` at the tests' sizes; (out, process, step records)."""
   base = root / "base" / "base_config.yaml"
   base.parent.mkdir()
   base.write_text(yaml.safe_dump(
@@ -74,7 +77,6 @@ def recipe_run(tmp_path_factory):
   env = launch_utils.launcher_env({
       "PYTHON": sys.executable,
       "base_config": str(base),
-      "model_name": "qwen3-tiny",
       "model_dir": str(inputs["model"]),
       "data_dir": str(inputs["data"]),
       "batch_size": str(BATCH),
@@ -91,14 +93,18 @@ def recipe_run(tmp_path_factory):
       "checkpoint_dir": "null",
       "HF_DATASETS_CACHE": str(out / "hf_datasets"),
       "JAX_PLATFORMS": "cpu",
+      **env,
   })
   engine_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(),
                                            "tunix_mcjax_vllm_*")))
+  if callable(args):
+    args = args(inputs["model"])
   proc = subprocess.run(
-      ["bash", str(RECIPE),
+      ["bash", str(RECIPES / recipe),
        f"rollout_config.eos_tokens={stop_tokens}",
        "model_config.model_download_path=" + str(out / "models"),
        f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}",
+       *args,
        "--devices_per_host=2", f"--metrics_out={out / 'metrics.jsonl'}",
        "--timeout=600"],
       env=env, cwd=out / "cwd", capture_output=True, text=True, timeout=900)
@@ -113,6 +119,32 @@ def recipe_run(tmp_path_factory):
   return out, proc, records
 
 
+def _tiny_maxtext(model_dir) -> list[str]:
+  """MaxText settings of the tiny model's widths and vocabulary."""
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  vocab = len(transformers.AutoTokenizer.from_pretrained(model_dir))
+  settings = dict(override_model_config="true", base_num_query_heads=4,
+                  base_num_kv_heads=2, head_dim=32, base_mlp_dim=128,
+                  base_num_decoder_layers=2, vocab_size=vocab,
+                  # float32 throughout (MaxText computes in bfloat16 by
+                  # default), so the engine's log-probs can be held to the
+                  # trainer's tightly.
+                  dtype="float32", matmul_precision="highest")
+  return [f"model_config.kwargs.{k}={v}" for k, v in settings.items()]
+
+
+@pytest.fixture(scope="module", params=["hf", "maxtext"])
+def recipe_run(request, tmp_path_factory):
+  launch_utils.require_markers("multihost", "e2e")
+  root = tmp_path_factory.mktemp(f"recipe_agentic_disagg_{request.param}")
+  if request.param == "hf":
+    return _run(root, "run_qwen3_8b_disagg.sh",
+                {"model_name": "qwen3-tiny"}, [])
+  return _run(root, "run_qwen3_8b_disagg_maxtext.sh",
+              {"base_emb_dim": "64"}, _tiny_maxtext)
+
+
 def test_recipe_maps_meshes_and_names_the_engine(recipe_run):
   out, proc, _ = recipe_run
   assert ("[grpo_main] mcjax_da: actor mesh (2,1) -> 1 trainer host(s);"
@@ -121,6 +153,10 @@ def test_recipe_maps_meshes_and_names_the_engine(recipe_run):
           " CPU)") in proc.stdout
   assert "max_staleness 0" in proc.stdout + proc.stderr
   assert "starting 1 rollout hosts and 1 trainer hosts" in proc.stderr
+  if "maxtext" in out.parent.name:
+    # The actor is MaxText's model at the settings the recipe passes.
+    assert ("model_source=maxtext: MaxText's qwen3-8b (2 layers, width 64,"
+            in proc.stdout + proc.stderr)
   # The recipe's vllm_config reached the rollout host's engine, which names
   # what it does not use.
   assert ("mcjax's 'vllm' engine (PyTorch vLLM) does not use:"

@@ -59,6 +59,7 @@ from tunix_mcjax import telemetry
 from tunix_mcjax.cli import checkpoints
 from tunix_mcjax.cli import config_checks
 from tunix_mcjax.cli import data
+from tunix_mcjax.cli import maxtext_actor
 from tunix_mcjax.cli.options import CliOptions
 from tunix_mcjax.cli.options import ConfigError
 from tunix_mcjax.compat import tunix_cli
@@ -99,6 +100,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     # those are).
     self._eval_ds: Any = None
     self._mesh_choice: Any = None  # mcjax: set by create_role_to_mesh.
+    self._mt_config: Any = None  # A MaxText actor's config (maxtext_actor).
     super().__init__(argv, **kwargs)
     # Taken from the config as parsed: Tunix later fills in values derived
     # from the run's length (the schedule's decay and warmup steps), which
@@ -109,6 +111,18 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
   def agentic(self) -> bool:
     """Whether the config runs Tunix's agentic GRPO learner."""
     return self.config.get("training_mode", "grpo") == rules.AGENTIC_MODE
+
+  @property
+  def maxtext(self) -> bool:
+    """Whether mcjax builds the actor as a MaxText model (maxtext_actor)."""
+    return (self.options.multi_controller and maxtext_actor.is_maxtext(
+        self._config_mapping("actor_model_config")))
+
+  def maxtext_config(self) -> Any:
+    if self._mt_config is None:
+      self._mt_config = maxtext_actor.config(
+          self._config_mapping("actor_model_config"))
+    return self._mt_config
 
   def _learner_config(self) -> Any:
     """The learner's section: agentic_grpo_config or grpo_config."""
@@ -140,8 +154,14 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     if choice.reason and jax.process_index() == 0:
       print(f"[grpo_main] mesh: {choice.describe()} ({choice.reason})",
             flush=True)
-    mesh = runtime.global_mesh(
-        tp=choice.shape[-1], axis_names=choice.axis_names, kind=choice.kind)
+    if self.maxtext:
+      mesh = maxtext_actor.mesh(self.maxtext_config())
+      if jax.process_index() == 0:
+        print(f"[grpo_main] {maxtext_actor.describe(self.maxtext_config())}",
+              flush=True)
+    else:
+      mesh = runtime.global_mesh(
+          tp=choice.shape[-1], axis_names=choice.axis_names, kind=choice.kind)
     if mesh.devices.size != math.prod(shape):
       raise ConfigError(
           f"actor_model_config.mesh.shape={shape} but this job has"
@@ -231,6 +251,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     cluster_config = super().create_cluster_config(
         role_to_mesh=role_to_mesh, rollout_config=rollout_config
     )
+    if self.maxtext:
+      cluster_config = dataclasses.replace(
+          cluster_config, role_to_logical_axis_rule=maxtext_actor.axis_rules(
+              self.maxtext_config()))
     choice = self._mesh_choice
     tc = cluster_config.training_config
     if choice is not None and choice.kind == "hsdp" and not set(
@@ -372,6 +396,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     For mcjax_da's rollout hosts (`cli.disaggregated.CliSource`): the trainers'
     publications then replace its weights.
     """
+    if self.maxtext:
+      # The engines' Qwen3, not the MaxText actor: the trainers map their
+      # parameters into its layout before publishing.
+      return maxtext_actor.engine_model_on(self.maxtext_config(), mesh)
     model_lib = tunix_cli.pipeline_module("model_lib")
     reference = dict(self._config_mapping("reference_model_config"))
     reference.pop("lora_config", None)
@@ -389,6 +417,12 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     return model_lib.create_tokenizer(config, config["tokenizer_path"])
 
   def _create_model(self, real_model_lib, model_config, tokenizer_config, mesh):
+    if self.maxtext:
+      model = maxtext_actor.create(
+          self.maxtext_config(), mesh,
+          pad_id=self.create_tokenizer().pad_id(),
+          rng_seed=model_config.get("rng_seed", 0))
+      return model, tokenizer_config["tokenizer_path"]
     path = checkpoints.local_checkpoint_dir(model_config)
     if path is None:
       return real_model_lib.create_model(model_config, tokenizer_config, mesh)
@@ -426,6 +460,8 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         transfer_guard=self.options.transfer_guard,
         step_timeout_s=self.options.step_timeout_s,
         engine_tp=self.options.engine_tp,
+        engine_model=(maxtext_actor.engine_spec(self.maxtext_config())
+                      if self.maxtext else None),
         checkpoint_fingerprint=self.checkpoint_fingerprint(),
         resume_step=self.options.resume_step,
     )

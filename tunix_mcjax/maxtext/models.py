@@ -337,6 +337,20 @@ def engine_model_spec(config: Any, *, dtype: Any = jnp.float32) -> Any:
   )
 
 
+def zero_engine_model(spec: Any, mesh: Mesh) -> Any:
+  """`spec`'s engine model replicated on `mesh` with zero weights: a
+  disaggregated rollout host's, until the trainers' first publication
+  (which they map from MaxText's layout before sending)."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax import publication  # pylint: disable=g-import-not-at-top
+
+  graphdef, state = nnx.split(nnx.eval_shape(spec.create))
+  zeros = jax.tree.map(
+      lambda s: jnp.zeros(s.shape, s.dtype, device=s.sharding),
+      publication.replicated_like(state, mesh))
+  return nnx.merge(graphdef, zeros)
+
+
 def logical_axis_rules(config: Any) -> Sequence[tuple[str, Any]]:
   """MaxText's logical axis rules, for Tunix's `role_to_logical_axis_rule`."""
   return tuple(tuple(r) for r in config.logical_axis_rules)

@@ -102,21 +102,14 @@ def maxtext_engine_model(cfg: GrpoJobConfig, mesh: Any) -> tuple[Any, Any]:
   publication (which they map from MaxText's layout before sending).
   """
   # pylint: disable=g-import-not-at-top
-  from flax import nnx
-  import jax
   import jax.numpy as jnp
-  from tunix_mcjax import publication
   from tunix_mcjax.maxtext import models as maxtext_models
   # pylint: enable=g-import-not-at-top
 
   tokenizer = _tokenizer(cfg)
   spec = maxtext_models.engine_model_spec(
       _maxtext_config(cfg, tokenizer), dtype=jnp.dtype(cfg.dtype))
-  graphdef, state = nnx.split(nnx.eval_shape(spec.create))
-  zeros = jax.tree.map(
-      lambda s: jnp.zeros(s.shape, s.dtype, device=s.sharding),
-      publication.replicated_like(state, mesh))
-  return nnx.merge(graphdef, zeros), tokenizer
+  return maxtext_models.zero_engine_model(spec, mesh), tokenizer
 
 
 def _hsdp_sharding(shd: Any) -> Any:

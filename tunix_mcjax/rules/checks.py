@@ -185,7 +185,8 @@ def check_job(
   grpo = config.get(learner_section(config)) or {}
   problems = [
       training_mode(mode),
-      cli_model_source(config),
+      *cli_model_source(config, engine=selected_engine(engine, config),
+                        mesh_shape=mesh_shape, backend=backend),
       *agentic_job(config, backend=backend,
                    engine=selected_engine(engine, config),
                    run_eval=run_eval, resume_step=resume_step,

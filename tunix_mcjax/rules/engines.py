@@ -21,6 +21,7 @@ Imports no JAX: the CLI checks them before any host starts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+import math
 from typing import Any
 
 from tunix_mcjax.rules.problem import Problem
@@ -133,26 +134,41 @@ MAXTEXT_ENGINES = {
 }
 
 
-def cli_model_source(config: Mapping[str, Any]) -> Problem | None:
-  """A MaxText actor through Tunix's CLI (`model_source: maxtext`).
+def cli_model_source(
+    config: Mapping[str, Any],
+    *,
+    engine: str,
+    mesh_shape: Sequence[int] | None,
+    backend: str = "mcjax",
+) -> list[Problem | None]:
+  """A MaxText actor through Tunix's CLI (`model_source: maxtext`): built
+  by `cli.maxtext_actor` on MaxText's FSDP mesh, with the engines its
+  mapping feeds (`trainer_engine`); no LoRA.
 
-  mcjax's CLI builds the actor with Tunix 0.1.7's `create_model`, which
-  drops `model_config.kwargs` (MaxText's overrides) and takes MaxText's model
-  name from `model_id`'s last path part; and a MaxText actor trains on
-  MaxText's own mesh and publishes through the MaxText -> Qwen3 mapping,
-  which the example and MaxText's train_rl wire up and the CLI does not.
+  Args:
+    config: Tunix's parsed GRPO config.
+    engine: the mcjax engine the config selects (`selected_engine`).
+    mesh_shape: the actor mesh's shape, if readable.
+    backend: the CLI's --backend.
   """
   sections = ("model_config", "actor_model_config", "reference_model_config")
   if not any((config.get(s) or {}).get("model_source") == "maxtext"
              for s in sections):
-    return None
-  return Problem(
-      message="model_source='maxtext' (a MaxText actor): not supported by"
-      " mcjax's CLI yet (docs/cli.md); train a MaxText actor with"
-      " examples/grpo_qwen3.py --trainer=maxtext or MaxText's train_rl"
-      " (rl_rollout_engine=mcjax:vllm), or set model_source=huggingface.",
-      error=NotImplementedError,
-  )
+    return []
+  actor = config.get("actor_model_config") or {}
+  problems = [trainer_engine("maxtext", engine, backend=backend)]
+  if actor.get("lora_config"):
+    problems.append(Problem(
+        message="model_source='maxtext' with"
+        " actor_model_config.lora_config: LoRA on a MaxText actor is not"
+        " supported by mcjax; remove lora_config."))
+  if mesh_shape is not None and any(n != 1 for n in list(mesh_shape)[1:]):
+    problems.append(Problem(
+        message=f"model_source='maxtext' with actor mesh {tuple(mesh_shape)}:"
+        " a MaxText actor trains with FSDP over all its devices; make every"
+        " axis but the first 1, e.g. actor_model_config.mesh.shape="
+        f"({math.prod(mesh_shape)},1)."))
+  return problems
 
 
 def missing_modules(names: Iterable[str]) -> tuple[str, ...]:
