@@ -44,9 +44,17 @@ trajectories exactly, losses and parameters within
 concurrent agents finish in another order when their turns travel through
 Ray; 5e-6 observed; with `--max_concurrency=1` both runs were
 bit-identical, 2026-12-06), and every step trained on-policy turns.
+
+Resume: the 2-host mcjax run checkpoints every step; the same job resumed
+from its step-1 checkpoint (`--resume_step=1` on a copy) trains step 2
+exactly as the uninterrupted run did: the same conversations, loss and
+final parameters, bit for bit (Tunix's agentic learner fast-forwards its
+iterator by the restored global step; admission hands it unrecorded copies
+of those batches, so the row identities continue where they stopped).
 """
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -93,8 +101,17 @@ _REFERENCE = {"mcjax2": "tunix2", "mcjax3": "tunix3", "da": "tunix3"}
 
 
 @pytest.fixture(name="runs", scope="module")
-def runs_fixture(shared_runs):
-  return {name: shared_runs.example(*flags) for name, flags in _RUNS.items()}
+def runs_fixture(shared_runs, tmp_path_factory):
+  ckpt = tmp_path_factory.mktemp("agentic_ckpt") / "mcjax2"
+  runs = dict(_RUNS)
+  # Checkpoints of every step, for the resume test (saving changes no
+  # number of the run).
+  runs["mcjax2"] = (*runs["mcjax2"], f"--checkpoint_dir={ckpt}",
+                    "--checkpoint_every=1")
+  out = {name: shared_runs.example(*flags) for name, flags in runs.items()}
+  out["mcjax2_ckpt"] = ckpt
+  out["mcjax2_flags"] = runs["mcjax2"]
+  return out
 
 
 def _trajectories(run_dir):
@@ -143,3 +160,24 @@ def test_disaggregated_turns_are_on_policy(runs):
   assert [(r["policy_version"], r["staleness"]) for r in records] == [
       (0, 0), (1, 0)]
   assert all(r["rollout_generate_s"] > 0 for r in records)
+
+
+def test_resumed_job_trains_as_the_uninterrupted_one(runs, tmp_path):
+  ckpt = tmp_path / "ckpt"
+  shutil.copytree(runs["mcjax2_ckpt"], ckpt)
+  got = example_runs.run_example(
+      tmp_path / "resumed", *runs["mcjax2_flags"],
+      f"--checkpoint_dir={ckpt}", "--resume_step=1")
+  ref = runs["mcjax2"]
+  ref_records = json.loads((ref / "records.json").read_text())
+  got_records = json.loads((got / "records.json").read_text())
+  assert [r["step"] for r in got_records] == [2]
+  for key in ("prompts_digest", "loss", "reward_mean"):
+    assert got_records[0][key] == ref_records[1][key], key
+  # Step 2's conversations (prompts 8..15), exactly.
+  assert _trajectories(got) == [r for r in _trajectories(ref)
+                                if r["prompt_index"] >= 8]
+  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files)
+  for name in pa.files:
+    np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)

@@ -322,8 +322,6 @@ def _training(mini=8, micro=4, logps=4, *extra):
     ((), {"run_eval": True}, "with --run_eval"),
     (("actor_model_config.lora_config.rank=8",), {},
      "with actor_model_config.lora_config"),
-    (_training(8, 4, 4, "rl_training_config.checkpoint_root_directory=/tmp/x"),
-     {}, "rl_training_config.checkpoint_root_directory or --resume_step"),
     (_training(8, 4, 4,
                "rl_training_config.max_seq_token_per_tpu=600"), {},
      "rl_training_config.max_seq_token_per_tpu (sequence packing)"),
@@ -355,10 +353,16 @@ def test_agentic_micro_batch_of_one_prompt_per_host_is_accepted(
                                 num_hosts=2) == 2
 
 
-def test_agentic_resume_is_refused(cli, agentic_pipeline, tmp_path,
-                                   monkeypatch):
+def test_agentic_checkpoints_are_checked_like_grpo_ones(
+    cli, agentic_pipeline, tmp_path, monkeypatch):
+  # Resume is exact (tests/test_agentic_equivalence.py); a named root gets
+  # the checks every root gets: --resume_step must name a checkpoint in it.
+  root = tmp_path / "ckpt"
+  parsed = agentic_pipeline(*_training(
+      8, 4, 4, f"rl_training_config.checkpoint_root_directory={root}"))
+  assert cli.check_mcjax_config(parsed, num_hosts=2) == 2
   with pytest.raises(cli.ConfigError,
-                     match="checkpoint_root_directory or --resume_step"):
+                     match="--resume_step=2 needs rl_training_config"):
     cli.check_mcjax_config(agentic_pipeline(resume_step=2), num_hosts=2)
   # A null override of Tunix's base_agentic_config.yaml's "/tmp/ckpts" makes
   # the root "", and Tunix checkpoints into ./actor: fine until ./actor
@@ -369,7 +373,9 @@ def test_agentic_resume_is_refused(cli, agentic_pipeline, tmp_path,
   assert cli.check_mcjax_config(parsed, num_hosts=2) == 2
   (tmp_path / "actor" / "2").mkdir(parents=True)
   with pytest.raises(cli.ConfigError,
-                     match=r"would resume from \./actor \(steps \[2\]"):
+                     match=r"would resume from \./actor \(steps \[2\];"
+                     r" Tunix checkpoints there\) without mcjax's checkpoint"
+                     " checks"):
     cli.check_mcjax_config(parsed, num_hosts=2)
 
 

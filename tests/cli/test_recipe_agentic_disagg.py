@@ -53,6 +53,7 @@ import yaml
 
 import cli_runs
 import launch_utils
+from tunix_mcjax import checkpointing
 from cli import test_cli_agentic as agentic_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.multihost, pytest.mark.e2e]
@@ -90,7 +91,9 @@ def _run(root, recipe: str, env: dict[str, str], args: list[str]):
       "max_prompt_length": "1024",
       "train_mesh": "(2,1)",
       "rollout_mesh": "(1,2)",
-      "checkpoint_dir": "null",
+      # The recipe's checkpoint line: the directory gets its _<suffix>.
+      "checkpoint_dir": str(out / "ckpt"),
+      "checkpoint_suffix": "0000",
       "HF_DATASETS_CACHE": str(out / "hf_datasets"),
       "JAX_PLATFORMS": "cpu",
       **env,
@@ -163,6 +166,9 @@ def test_recipe_maps_meshes_and_names_the_engine(recipe_run):
           " RolloutConfig.rollout_vllm_server_mode=True") in proc.stderr
   # Nothing written relative to the working directory.
   assert not list((out / "cwd").iterdir())
+  # The recipe's checkpoint directory holds the last step (saved at the
+  # end whatever the recipe's interval of 250 updates).
+  assert checkpointing.complete_steps(str(out / "ckpt_0000"))[-1] == STEPS
 
 
 def test_recipe_trains_agents_on_policy(recipe_run):

@@ -97,8 +97,6 @@ def test_turns_stop_at_any_token_but_a_digit_letter():
     # yet.
     (dict(learner="agentic_grpo", dataset="calc", engine="vllm_tpu"),
      "--engine=vllm_tpu"),
-    (dict(learner="agentic_grpo", dataset="calc", checkpoint_dir="/x"),
-     "--checkpoint_dir"),
 ])
 def test_unsupported_settings_are_refused_with_the_flag(flags, match):
   with pytest.raises(ValueError, match=match):

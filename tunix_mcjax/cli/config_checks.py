@@ -165,9 +165,10 @@ def check_mcjax_config(
 
 
 def _agentic_resume(config: Any) -> list[str]:
-  """An agentic run that would resume from `./actor`: Tunix checkpoints
-  there when checkpoint_root_directory is "" (what a null override of a
-  string key becomes), and agentic resume is refused (`rules.agentic`)."""
+  """An agentic run that would resume from `./actor` unchecked: Tunix
+  checkpoints there when checkpoint_root_directory is "" (what a null
+  override of base_agentic_config.yaml's "/tmp/ckpts" becomes), and mcjax's
+  checkpoint checks (configuration, completeness) only see a named root."""
   training = config.get("rl_training_config") or {}
   if (config.get("training_mode") != rules.AGENTIC_MODE
       or training.get("checkpoint_root_directory") != ""):
@@ -179,5 +180,6 @@ def _agentic_resume(config: Any) -> list[str]:
     return []
   return [f"training_mode=agentic_grpo with checkpoint_root_directory=''"
           f" would resume from ./actor (steps {steps}; Tunix checkpoints"
-          " there): resuming the agentic learner is not supported by mcjax"
-          " yet (docs/agentic.md); move ./actor away."]
+          " there) without mcjax's checkpoint checks: set"
+          " rl_training_config.checkpoint_root_directory to the directory"
+          " holding actor/ to resume, or move ./actor away."]

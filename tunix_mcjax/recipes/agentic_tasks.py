@@ -209,9 +209,6 @@ def check_job_config(cfg: Any, *, mini: int) -> None:
       "--eval_every": cfg.eval_every is not None,
       "--max_seq_token_per_tpu": cfg.max_seq_token_per_tpu is not None,
       "--lora_rank": cfg.lora_rank is not None,
-      # Tunix's agentic learner skips a resumed job's batches itself (on
-      # top of admission's resume); not verified yet.
-      "--checkpoint_dir": cfg.checkpoint_dir is not None,
       "--max_concurrency < 1": cfg.max_concurrency < 1,
   }
   bad = [k for k, v in problems.items() if v]

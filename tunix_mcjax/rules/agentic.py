@@ -26,8 +26,10 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
   its rollout thread, which mcjax orders with the train steps
   (`agent_turns.AgentTurns.order_logps`);
 * agent turns are keyed by the learner's group ids, which its evaluation
-  and its own resume skipping number differently (not verified), and by
-  the engine's per-row keys (the native engine's and vLLM's per-row seeds);
+  numbers differently, and by the engine's per-row keys (the native
+  engine's and vLLM's per-row seeds); a resumed learner numbers its groups
+  from the restored step on, which admission's resume matches (resume is
+  exact: tests/test_agentic_equivalence.py);
 * under the disaggregated backend the agents run on the trainer hosts and
   their turns on the rollout hosts, on-policy only (max_staleness 0):
   importance weights over multi-turn rows are not built.
@@ -101,11 +103,6 @@ def agentic_job(
        "drop --run_eval"),
       (bool(lora), "actor_model_config.lora_config (LoRA; not verified)",
        "remove it"),
-      (bool(training.get("checkpoint_root_directory"))
-       or resume_step is not None,
-       "rl_training_config.checkpoint_root_directory or --resume_step"
-       " (Tunix's agentic learner skips a resumed job's batches itself; not"
-       " verified)", "unset both"),
       (training.get("max_seq_token_per_tpu") is not None,
        "rl_training_config.max_seq_token_per_tpu (sequence packing)",
        "unset it"),

@@ -42,9 +42,9 @@
 #   * sizes are variables (the stock values are the defaults), so the same
 #     script runs on TPU and, with small sizes, on CPU.
 #
-# Usage (checkpoints off with checkpoint_dir=null: mcjax does not yet
-# checkpoint agentic jobs, docs/agentic.md; an empty checkpoint_dir, as the
-# stock usage line has it, means the default gs:// directory):
+# Usage (checkpoint_dir=null: no checkpoints; an empty checkpoint_dir, as
+# the stock usage line has it, means the default gs:// directory; a rerun
+# with the same directory and checkpoint_suffix resumes from it):
 #   checkpoint_dir=null model_dir=/models/Qwen3-8B \
 #     bash examples/rl/grpo/gsm8k/run_qwen3_8b_disagg.sh --devices_per_host=8
 # Extra arguments are appended: key=value overrides (later ones win) and
