@@ -42,6 +42,13 @@ run sums over one process's 4 devices and mcjax over 2 processes, as
 tests/cli/test_grpo_main.py's runs). About 12 s per run with a warm
 compilation cache.
 
+At 3 hosts x 2 devices (6 prompts a step, one micro-batch; hsdp, since the
+tiny model's widths do not divide over 6 devices) against stock on 1
+process x 2 devices: every agent identical, losses and parameters within
+`example_runs.DEVICE_COUNT_PARAM_TOLERANCE` (another device count sums the
+gradient in another order), as tests/test_agentic_equivalence.py's 3-host
+runs.
+
 In process: what mcjax refuses of an agentic config, before any host
 starts, each in one line naming what to change.
 """
@@ -57,6 +64,7 @@ import yaml
 
 import base_config_fixture
 import cli_runs
+import example_runs
 import launch_utils
 
 REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
@@ -146,17 +154,18 @@ OWN_ROLLOUT_MESH = ("rollout_model_config.mesh.shape=(2,2)",
 
 def cli_run(inputs, base_config, out: pathlib.Path, *args: str,
             rollout_mesh: tuple[str, ...] = WITH_ACTOR,
-            overrides: tuple[str, ...] = ()):
+            overrides: tuple[str, ...] = (), devices: int = 4):
   """The CLI on the agentic base config; `args`: its flags, `overrides`:
-  more config overrides."""
+  more config overrides; `devices`: the actor mesh's (fsdp) size."""
   env = cli_runs.cli_env(out, base_config)
-  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"  # Stock.
+  # The stock run's one process.
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
   model = inputs["model"]
   t0 = time.monotonic()
   proc = cli_runs.run_ok(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
        f"model_config.model_id={model}",
-       "model_config.mesh.shape=(4,1)",
+       f"model_config.mesh.shape=({devices},1)",
        "reference_model_config.mesh=null",
        "reference_model_config.same_mesh_as=actor",
        *rollout_mesh,
@@ -169,6 +178,17 @@ def cli_run(inputs, base_config, out: pathlib.Path, *args: str,
       env, out / "cwd", timeout=700)
   proc.wall_s = time.monotonic() - t0
   return out, proc
+
+
+# 6 prompts a step in one micro-batch (2 per host at 3 hosts); overriding
+# rl_training_config replaces the whole section, so it is restated.
+THREE_HOSTS = ("batch_size=6", *(
+    f"rl_training_config.{k}={v}" for k, v in (
+        ("actor_optimizer_config.opt_type", "sgd"),
+        ("actor_optimizer_config.learning_rate", 0.05),
+        ("eval_every_n_steps", 1000), ("mini_batch_size", 6),
+        ("train_micro_batch_size", 6),
+        ("compute_logps_micro_batch_size", 6))))
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +209,15 @@ def runs(inputs, agentic_base_config, tmp_path_factory):
                     "--backend=mcjax_da", "--devices_per_host=2",
                     "--transfer_guard=disallow", "--timeout=600",
                     rollout_mesh=OWN_ROLLOUT_MESH),
+      # 3 hosts x 2 devices (hsdp: the tiny model's widths do not divide
+      # over 6) against stock on 1 process x 2 devices, 6 prompts a step.
+      "tunix3": cli_run(inputs, agentic_base_config, tmp / "tunix3",
+                        "--backend=tunix", "--placement_invariant_sampling",
+                        overrides=THREE_HOSTS, devices=2),
+      "mcjax3": cli_run(inputs, agentic_base_config, tmp / "mcjax3",
+                        "--backend=mcjax", "--num_hosts=3",
+                        "--devices_per_host=2", "--transfer_guard=disallow",
+                        "--timeout=600", overrides=THREE_HOSTS, devices=6),
   }
 
 
@@ -273,6 +302,30 @@ def test_disaggregated_on_policy_equals_colocated(runs):
   assert sorted(pa.files) == sorted(pb.files)
   for k in pa.files:
     np.testing.assert_array_equal(pb[k], pa[k], err_msg=k)
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_three_hosts_equal_stock(runs):
+  (ref, _), (got, _) = runs["tunix3"], runs["mcjax3"]
+  assert groups(got) == groups(ref)
+  assert len(groups(ref)) == 6 * STEPS
+  assert len(list((got / "rows").glob("rows_host*"))) == 3
+  a, b = _records(ref), _records(got)
+  assert {r["num_hosts"] for r in b} == {3}
+  # Another device count than the stock run's: the gradient is summed in
+  # another order (example_runs.DEVICE_COUNT_PARAM_TOLERANCE, as
+  # tests/test_agentic_equivalence.py's 3-host runs).
+  tol = example_runs.DEVICE_COUNT_PARAM_TOLERANCE
+  np.testing.assert_allclose([r["loss"] for r in b], [r["loss"] for r in a],
+                             **tol)
+  pa, pb = np.load(ref / "params.npz"), np.load(got / "params.npz")
+  assert sorted(pa.files) == sorted(pb.files) and pa.files
+  for name in pa.files:
+    np.testing.assert_allclose(pb[name], pa[name], err_msg=name, **tol)
+  # Not vacuous: step 1 moved the policy (step 2 trained nothing here: loss
+  # and gradient 0 in both runs).
+  assert a[0]["grad_norm"] > 0 and a[0]["loss"] != 0
 
 
 # --- in process: what mcjax refuses, before any host starts --------------------

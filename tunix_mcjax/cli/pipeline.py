@@ -263,9 +263,12 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
       # Tunix's default ("fsdp",) would ask every host for every row.
       logging.info("hsdp mesh: data_sharding_axis %s -> %s",
                    tc.data_sharding_axis, choice.batch_axes)
+      # gradient_accumulation_steps: derived again from the micro-batch
+      # (Tunix's __post_init__ refuses a set one).
       cluster_config = dataclasses.replace(
           cluster_config, training_config=dataclasses.replace(
-              tc, data_sharding_axis=choice.batch_axes))
+              tc, data_sharding_axis=choice.batch_axes,
+              gradient_accumulation_steps=None))
     if not self.options.placement_invariant_sampling:
       return cluster_config
     # Comparison mode: the stock cluster with the mcjax engine the config
