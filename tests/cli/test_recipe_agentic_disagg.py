@@ -40,13 +40,8 @@ tests/cli/test_cli_agentic.py's and tests/test_agentic_equivalence.py's
 business; this test shows the recipe runs.
 """
 
-import glob
-import json
 import math
-import os
-import subprocess
 import sys
-import tempfile
 
 import pytest
 import yaml
@@ -98,27 +93,14 @@ def _run(root, recipe: str, env: dict[str, str], args: list[str]):
       "JAX_PLATFORMS": "cpu",
       **env,
   })
-  engine_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(),
-                                           "tunix_mcjax_vllm_*")))
   if callable(args):
     args = args(inputs["model"])
-  proc = subprocess.run(
-      ["bash", str(RECIPES / recipe),
-       f"rollout_config.eos_tokens={stop_tokens}",
+  proc, records = cli_runs.run_recipe(
+      RECIPES / recipe,
+      [f"rollout_config.eos_tokens={stop_tokens}",
        "model_config.model_download_path=" + str(out / "models"),
        f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}",
-       *args,
-       "--devices_per_host=2", f"--metrics_out={out / 'metrics.jsonl'}",
-       "--timeout=600"],
-      env=env, cwd=out / "cwd", capture_output=True, text=True, timeout=900)
-  (out / "console.txt").write_text(proc.stdout + proc.stderr)
-  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
-  records = [json.loads(l)
-             for l in (out / "metrics.jsonl").read_text().splitlines()]
-  # The rollout host freed its vLLM engine (and its temporary directory).
-  left = set(glob.glob(os.path.join(tempfile.gettempdir(),
-                                    "tunix_mcjax_vllm_*"))) - engine_dirs
-  assert not left, left
+       *args], env, out)
   return out, proc, records
 
 

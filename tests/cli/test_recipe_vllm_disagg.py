@@ -31,13 +31,8 @@ runs are tests/cli/test_cli_da.py's (native engine) and
 tests/da/test_da_vllm.py's (vLLM) business; this test shows the recipe runs.
 """
 
-import glob
-import json
 import math
-import os
-import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -80,23 +75,11 @@ def recipe_run(base_config, tmp_path_factory):
       "HF_DATASETS_CACHE": str(out / "hf_datasets"),
       "JAX_PLATFORMS": "cpu",
   })
-  engine_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(),
-                                           "tunix_mcjax_vllm_*")))
-  proc = subprocess.run(
-      ["bash", str(RECIPE), f"num_batches={STEPS}", "train_fraction=1.0",
-       f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}",
-       "--devices_per_host=2", f"--metrics_out={out / 'metrics.jsonl'}",
-       "--timeout=600"],
-      env=env, cwd=out / "cwd", capture_output=True, text=True, timeout=900)
-  (out / "console.txt").write_text(proc.stdout + proc.stderr)
-  assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
-  records = [json.loads(l)
-             for l in (out / "metrics.jsonl").read_text().splitlines()]
-  # The rollout host freed its vLLM engine (and its temporary directory)
-  # before the job ended it.
-  left = set(glob.glob(os.path.join(tempfile.gettempdir(),
-                                    "tunix_mcjax_vllm_*"))) - engine_dirs
-  assert not left, left
+  proc, records = cli_runs.run_recipe(
+      RECIPE,
+      [f"num_batches={STEPS}", "train_fraction=1.0",
+       f"rl_training_config.metrics_logging_options.log_dir={out / 'tb'}"],
+      env, out)
   return out, proc, records
 
 

@@ -13,13 +13,17 @@
 # limitations under the License.
 
 """What the CLI tests' end-to-end runs share: a tiny model with a few short
-GSM8K rows, a run that must succeed, and a checkpoint step's arrays."""
+GSM8K rows, a run (or recipe script) that must succeed, and a checkpoint
+step's arrays."""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import pathlib
 import subprocess
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -93,3 +97,27 @@ def cli_env(out: pathlib.Path, base_config: pathlib.Path) -> dict[str, str]:
       "CLI_TEST_RECORD_DIR": str(out / "rows"),
       "JAX_PLATFORMS": "cpu",
   })
+
+
+def run_recipe(recipe: pathlib.Path, args: list[str], env: dict[str, str],
+               out: pathlib.Path) -> tuple[Any, list[dict]]:
+  """Runs a recipe script (in `out`/cwd, its step records in
+  `out`/metrics.jsonl, its console in `out`/console.txt) and fails the test
+  unless it exits 0 and its rollout hosts removed their vLLM engines'
+  temporary directories; returns (the process, the step records)."""
+  pattern = os.path.join(tempfile.gettempdir(), "tunix_mcjax_vllm_*")
+  engine_dirs = set(glob.glob(pattern))
+  proc = subprocess.run(
+      ["bash", str(recipe), *args, "--devices_per_host=2",
+       f"--metrics_out={out / 'metrics.jsonl'}", "--timeout=600"],
+      env=env, cwd=out / "cwd", capture_output=True, text=True, timeout=900)
+  (out / "console.txt").write_text(proc.stdout + proc.stderr)
+  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+  records = [json.loads(l)
+             for l in (out / "metrics.jsonl").read_text().splitlines()]
+  # The rollout host freed its vLLM engine (and its temporary directory)
+  # before the job ended it.
+  left = set(glob.glob(pattern)) - engine_dirs
+  assert not left, left
+  return proc, records
+
