@@ -17,10 +17,12 @@
 The example with `--learner=agentic_grpo --dataset=calc` (the built-in
 two-turn calculator task, tunix_mcjax/recipes/agentic_tasks.py), 2 steps,
 KL on: stock Tunix's single-controller RLCluster (1 process) against mcjax
-at 2 hosts x 2 devices (4 micro-batches per step of one prompt per host,
-whose log-probs Tunix computes on its rollout thread as each group
-finishes, so the hosts agree on several train calls per step and on their
-order with those log-prob passes; one agent at a time, below) and 3 hosts x 2
+at 2 hosts x 2 devices (two optimizer updates per step, each over 2
+micro-batches of one prompt per host, whose log-probs Tunix computes on its
+rollout thread as each group finishes, so the hosts agree on several train
+calls per step and on their order with those log-prob passes, and those
+after the first update are under the policy of the last sync, as Tunix's
+anchor: `AgentTurns.before_update`; one agent at a time, below) and 3 hosts x 2
 devices (one micro-batch; hsdp; Tunix's default 16 concurrent agents per
 host), both under the transfer guard (no implicit transfer in a step). Same seed and data; every
 turn's sampling is keyed by its agent (prompt, sample, turn), so the runs
@@ -46,8 +48,9 @@ Ray; 5e-6 observed; with `--max_concurrency=1` both runs were
 bit-identical, 2026-12-06), and every step trained on-policy turns.
 
 Resume: the 2-host mcjax run checkpoints every step; the same job resumed
-from its step-1 checkpoint (`--resume_step=1` on a copy) trains step 2
-exactly as the uninterrupted run did: the same conversations, loss and
+from its step-1 checkpoint (`--resume_step` on a copy; checkpoints are
+numbered by optimizer update, 2 per step) trains step 2 exactly as the
+uninterrupted run did: the same conversations, loss and
 final parameters, bit for bit (Tunix's agentic learner fast-forwards its
 iterator by the restored global step; admission hands it unrecorded copies
 of those batches, so the row identities continue where they stopped).
@@ -60,6 +63,7 @@ import numpy as np
 import pytest
 
 import example_runs
+from tunix_mcjax import checkpointing
 
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
@@ -67,7 +71,8 @@ _FLAGS = ("--learner=agentic_grpo", "--dataset=calc", "--steps=2",
           "--num_generations=2", "--max_new_tokens=24",
           "--max_prompt_length=40", "--beta=0.04", "--seed=3",
           "--learning_rate=1e-2")
-# Four micro-batches of 2 prompts per step (1 per host under mcjax: Tunix
+# Four micro-batches of 2 prompts per step, two per optimizer update (a
+# mini-batch of 4), (1 prompt per host under mcjax: Tunix
 # computes the log-probs on its rollout thread, which mcjax orders with the
 # train steps, agent_turns.AgentTurns.order_logps), one agent at a time:
 # Tunix's learner fills its micro-batches in the order its
@@ -76,7 +81,7 @@ _FLAGS = ("--learner=agentic_grpo", "--dataset=calc", "--steps=2",
 # Adam amplifies past 1e-6). One at a time, micro-batch k is the same
 # groups in both (admission deals the prompts so), and the runs agree
 # bit for bit. The 3-host runs (one micro-batch) keep 16 concurrent agents.
-_TWO_HOSTS = (*_FLAGS, "--batch_size=8", "--mini_batch_size=8",
+_TWO_HOSTS = (*_FLAGS, "--batch_size=8", "--mini_batch_size=4",
               "--micro_batch_size=2", "--max_concurrency=1")
 _THREE_HOSTS = (*_FLAGS, "--batch_size=6")
 _RUNS = {
@@ -165,9 +170,12 @@ def test_disaggregated_turns_are_on_policy(runs):
 def test_resumed_job_trains_as_the_uninterrupted_one(runs, tmp_path):
   ckpt = tmp_path / "ckpt"
   shutil.copytree(runs["mcjax2_ckpt"], ckpt)
+  # Step 1's checkpoint: the first (numbered by optimizer update).
+  first = checkpointing.complete_steps(str(ckpt))[0]
+  assert first == 2, checkpointing.complete_steps(str(ckpt))
   got = example_runs.run_example(
       tmp_path / "resumed", *runs["mcjax2_flags"],
-      f"--checkpoint_dir={ckpt}", "--resume_step=1")
+      f"--checkpoint_dir={ckpt}", f"--resume_step={first}")
   ref = runs["mcjax2"]
   ref_records = json.loads((ref / "records.json").read_text())
   got_records = json.loads((got / "records.json").read_text())
@@ -181,3 +189,17 @@ def test_resumed_job_trains_as_the_uninterrupted_one(runs, tmp_path):
   assert sorted(pa.files) == sorted(pb.files)
   for name in pa.files:
     np.testing.assert_array_equal(pb[name], pa[name], err_msg=name)
+
+
+def test_trainer_log_probs_are_under_the_synced_policy(runs):
+  # mcjax2 takes two optimizer updates per step; the trainer-side log-probs
+  # of the groups trained after the first (Tunix's sampler_trainer
+  # diagnostics) are still those of the policy that sampled, as under
+  # stock Tunix's anchor state: the live state would be a step's update
+  # away (parameters move by ~1e-2 a step here).
+  for run in ("tunix2", "mcjax2"):
+    metrics = json.loads((runs[run] / "learner_metrics.json").read_text())
+    diffs = [m["metrics"]["sampler_trainer/logp_diff_max"] for m in metrics
+             if "sampler_trainer/logp_diff_max" in m["metrics"]]
+    assert len(diffs) == 2, (run, diffs)
+    assert max(diffs) < 1e-5, (run, diffs)

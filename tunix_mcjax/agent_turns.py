@@ -26,11 +26,12 @@ controller sample the same conversations. It also batches the turns that
 wait for the host's engine into one call (the engines are not re-entrant,
 and one row per call spends most of a step dispatching decode steps).
 
-`actor_logps_fn` is the trainer-side log-prob pass the learner asks
-for (`get_actor_per_token_logps`): Tunix computes it under a host-memory
-snapshot of the policy taken at every weight sync; mcjax uses the live
-trainer state, which is that policy as long as no optimizer update happened
-since the sync, and refuses otherwise (several updates per batch).
+`AgentTurns.actor_logps_fn` is the trainer-side log-prob pass the learner
+asks for (`get_actor_per_token_logps`): Tunix computes it under a
+host-memory snapshot of the policy taken at every weight sync; mcjax uses
+the live trainer state, which is that policy until the step's first
+optimizer update, and, when a step takes several (a mini-batch below the
+batch), a device copy of it taken before that update (`before_update`).
 
 Multi-controller discipline: that pass, the reference pass and the train
 step are global programs, which every host must issue in the same order.
@@ -92,6 +93,11 @@ class AgentTurns:
     self._order = threading.Condition()
     self._logps_groups = 0
     self._trained_groups = 0
+    # The policy of the last weight sync when a step takes several
+    # optimizer updates (`before_update`), and that sync's update count.
+    self._anchor: Any = None
+    self._anchor_at = -1
+    self._agentic = False  # An agent's turn was generated (not GRPO's).
 
   @staticmethod
   def is_turn(trace_tags: Any) -> bool:
@@ -112,6 +118,7 @@ class AgentTurns:
     """
     if not self.is_turn(trace_tags):
       return run(prompts, max_generation_steps)
+    self._agentic = True
     num_prompts = 1 if isinstance(prompts, str) else len(prompts)
     if num_prompts != 1:
       raise ValueError(
@@ -177,6 +184,60 @@ class AgentTurns:
     with self._order:
       self._trained_groups += rows // self._num_generations()
       self._order.notify_all()
+
+  def before_update(self, trainer: Any, training_config: Any,
+                    updates_at_sync: int) -> None:
+    """Before an update of the agentic learner (the one learner that asks
+    for trainer-side log-probs): on a step's first, when the step takes
+    several (this host's mini-batch below its batch), keeps the policy of
+    the last weight sync, as stock Tunix's anchor policy state, for the
+    log-probs asked after it (`actor_logps_fn`): one more copy of the
+    trainer's state in device memory while the step runs."""
+    if (not self._agentic or trainer.train_steps != updates_at_sync
+        or self._anchor_at == updates_at_sync):
+      return
+    self._anchor, self._anchor_at = None, updates_at_sync
+    mini = training_config.mini_batch_size
+    if mini is not None and mini < self._prompts():
+      # pylint: disable=g-import-not-at-top
+      from flax import nnx
+      import jax
+      import jax.numpy as jnp
+      # pylint: enable=g-import-not-at-top
+
+      self._anchor = jax.tree.map(jnp.copy, nnx.state(trainer.model))
+
+  def actor_logps_fn(self, trainer: Any, *, pad_id: int, eos_id: int,
+                     temperature: float, updates_at_sync: int) -> Any:
+    """The trainer-side log-prob pass, as (prompts, completions) ->
+    log-probs under the policy of the last weight sync (the cluster runs it
+    over its rows: `McJaxRLCluster._global_logps`): the live state until
+    the step's first update, then the anchor (`before_update`).
+
+    Args:
+      trainer: the actor trainer.
+      pad_id, eos_id: the tokenizer's.
+      temperature: as the rollout sampled.
+      updates_at_sync: the trainer's optimizer updates at the last sync.
+    """
+    # pylint: disable=g-import-not-at-top
+    from flax import nnx
+    from tunix.rl import common
+    # pylint: enable=g-import-not-at-top
+
+    graphdef, state = nnx.split(trainer.model)
+    if trainer.train_steps != updates_at_sync:
+      if self._anchor is None or self._anchor_at != updates_at_sync:
+        raise RuntimeError(
+            "get_actor_per_token_logps after an optimizer update within a"
+            f" step ({trainer.train_steps - updates_at_sync} since the last"
+            " weight sync) with no copy of the synced policy: the cluster"
+            " calls before_update before every update.")
+      state = self._anchor
+    return lambda prompts, completions: common.compute_per_token_logps(
+        graphdef, state, prompt_tokens=prompts, completion_tokens=completions,
+        pad_id=pad_id, eos_id=eos_id, stop_gradient=True, return_logits=False,
+        temperature=temperature)
 
   def _num_generations(self) -> int:
     entries = self._ledger.entries
@@ -267,35 +328,3 @@ def chunk_rows(micro_batch_size: int | None) -> int | None:
   if threading.current_thread() is threading.main_thread():
     return micro_batch_size
   return None
-
-
-def actor_logps_fn(trainer: Any, *, pad_id: int, eos_id: int,
-                   temperature: float, updates_at_sync: int) -> Any:
-  """The trainer-side log-prob pass, as (prompts, completions) -> log-probs
-  under the policy of the last weight sync (the cluster runs it over its
-  rows: `McJaxRLCluster._global_logps`).
-
-  Args:
-    trainer: the actor trainer.
-    pad_id, eos_id: the tokenizer's.
-    temperature: as the rollout sampled.
-    updates_at_sync: the trainer's optimizer updates at the last sync.
-  """
-  # pylint: disable=g-import-not-at-top
-  from flax import nnx
-  from tunix.rl import common
-  # pylint: enable=g-import-not-at-top
-
-  if trainer.train_steps != updates_at_sync:
-    raise NotImplementedError(
-        "get_actor_per_token_logps after an optimizer update within a step"
-        f" ({trainer.train_steps - updates_at_sync} since the last weight"
-        " sync): mcjax computes it with the live trainer state, which is the"
-        " policy that sampled only until the first update. Use one optimizer"
-        " update per batch with the agentic learner (mini_batch_size unset"
-        " or equal to the batch, num_iterations=1).")
-  graphdef, state = nnx.split(trainer.model)
-  return lambda prompts, completions: common.compute_per_token_logps(
-      graphdef, state, prompt_tokens=prompts, completion_tokens=completions,
-      pad_id=pad_id, eos_id=eos_id, stop_gradient=True, return_logits=False,
-      temperature=temperature)

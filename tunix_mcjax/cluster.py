@@ -468,12 +468,12 @@ class McJaxRLCluster(compat.RLCluster):
       return super().get_old_per_token_logps(
           prompt_tokens, completion_tokens, micro_batch_size=micro_batch_size)
 
-  # Tunix's agentic learner's (`agent_turns`); no host-memory snapshot.
+  # Tunix's agentic learner's: under the policy of the last sync.
   def get_actor_per_token_logps(self, prompt_tokens, completion_tokens,
                                 pad_id, eos_id, micro_batch_size=None,
                                 temperature=None):
     self.agent_turns.order_logps(self.cluster_config.training_config)
-    return self._global_logps(Role.ACTOR, agent_turns.actor_logps_fn(
+    return self._global_logps(Role.ACTOR, self.agent_turns.actor_logps_fn(
         self.actor_trainer, pad_id=pad_id, eos_id=eos_id,
         temperature=(temperature if temperature is not None else
                      self.get_rollout_config(mode=Mode.TRAIN).temperature),
@@ -482,14 +482,14 @@ class McJaxRLCluster(compat.RLCluster):
 
   def update_actor(self, train_ds, eval_ds, skip_jit=False):
     to_global = lambda batch: [jax.tree.map(self._to_global, e) for e in batch]
-    # This host's rows, before packing (the padded-token share unpacked).
-    self.step_clock.add_train_batch(train_ds)
+    self.agent_turns.before_update(self.actor_trainer,
+                                   self.cluster_config.training_config,
+                                   self._updates_at_sync)
+    self.step_clock.add_train_batch(train_ds)  # Before packing.
     with self.step_clock.phase("train", cross_host="train"), self._guarded():
-      super().update_actor(
-          to_global(train_ds),
-          to_global(eval_ds) if eval_ds else eval_ds,
-          skip_jit,
-      )
+      super().update_actor(to_global(train_ds),
+                           to_global(eval_ds) if eval_ds else eval_ds,
+                           skip_jit)
       jax.block_until_ready(nnx.state(self.actor_trainer.model))
     self.agent_turns.trained(train_ds)
 

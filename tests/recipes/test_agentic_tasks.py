@@ -86,8 +86,10 @@ def test_turns_stop_at_any_token_but_a_digit_letter():
     (dict(learner="agentic_grpo"), "goes with --learner=agentic_grpo"),
     (dict(learner="agentic_grpo", dataset="calc", num_iterations=2),
      "--num_iterations > 1"),
+    # Several updates per batch run colocated (test_agentic_equivalence).
     (dict(learner="agentic_grpo", dataset="calc", batch_size=4,
-          mini_batch_size=2), "several updates per batch"),
+          mini_batch_size=2, backend="mcjax_da", max_staleness=0),
+     "--mini_batch_size below --batch_size with --backend=mcjax_da"),
     (dict(learner="agentic_grpo", dataset="calc", eval_every=1),
      "--eval_every"),
     # The default staleness of mcjax_da is 1.
