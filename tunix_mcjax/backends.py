@@ -44,32 +44,10 @@ def create_tunix_cluster(**kwargs: Any) -> Any:
 
 @BACKENDS.register("mcjax")
 def create_mcjax_cluster(**kwargs: Any) -> Any:
-  """`McJaxRLCluster(**kwargs)`; fills in the engine model of a MaxText actor.
-
-  A MaxText Transformer (behind MaxText's `TunixMaxTextAdapter`) cannot
-  sample: unless `options.engine_model` says otherwise, engines then run
-  Tunix's Qwen3 and publication maps the MaxText parameters into it. The
-  detection lives here so that the cluster never imports MaxText code.
-  """
-  import dataclasses  # pylint: disable=g-import-not-at-top
-
+  """`McJaxRLCluster(**kwargs)`, with a MaxText actor's engine model."""
   from tunix_mcjax import cluster  # pylint: disable=g-import-not-at-top
 
-  actor = kwargs.get("actor")
-  options = kwargs.get("options") or cluster.McJaxOptions()
-  if options.engine_model is None and _is_maxtext_actor(actor):
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-    from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
-
-    config = actor.base.config
-    kwargs["options"] = dataclasses.replace(
-        options,
-        engine_model=maxtext_models.engine_model_spec(
-            config, dtype=jnp.dtype(config.weight_dtype)
-        ),
-    )
-  return cluster.McJaxRLCluster(**kwargs)
+  return cluster.McJaxRLCluster(**_with_maxtext_engine(kwargs))
 
 
 @BACKENDS.register("mcjax_da")
@@ -79,7 +57,33 @@ def create_mcjax_da_cluster(**kwargs: Any) -> Any:
   mcjax backend's arguments, and runs inside a job of `da.launcher`."""
   from tunix_mcjax.da import cluster as da_cluster  # pylint: disable=g-import-not-at-top
 
-  return da_cluster.McJaxDaRLCluster(**kwargs)
+  return da_cluster.McJaxDaRLCluster(**_with_maxtext_engine(kwargs))
+
+
+def _with_maxtext_engine(kwargs: dict[str, Any]) -> dict[str, Any]:
+  """Fills in the engine model of a MaxText actor.
+
+  A MaxText Transformer (behind MaxText's `TunixMaxTextAdapter`) cannot
+  sample: unless `options.engine_model` says otherwise, engines then run
+  Tunix's Qwen3 and publication maps the MaxText parameters into it. The
+  detection lives here so that the clusters never import MaxText code.
+  """
+  import dataclasses  # pylint: disable=g-import-not-at-top
+
+  from tunix_mcjax import cluster  # pylint: disable=g-import-not-at-top
+
+  options = kwargs.get("options") or cluster.McJaxOptions()
+  if options.engine_model is None and _is_maxtext_actor(kwargs.get("actor")):
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
+
+    config = kwargs["actor"].base.config
+    kwargs = dict(kwargs, options=dataclasses.replace(
+        options,
+        engine_model=maxtext_models.engine_model_spec(
+            config, dtype=jnp.dtype(config.weight_dtype))))
+  return kwargs
 
 
 def _is_maxtext_actor(actor: Any) -> bool:

@@ -83,8 +83,8 @@ def axis_rules(mt_config: Any) -> dict[Any, Any]:
 
 
 def engine_spec(mt_config: Any) -> Any:
-  """The engines' model (`McJaxOptions.engine_model`), in the actor's
-  weight dtype."""
+  """The engines' model in the actor's weight dtype (the trainers' is
+  filled in by the backend factory: `backends._with_maxtext_engine`)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.maxtext import models  # pylint: disable=g-import-not-at-top
 

@@ -463,8 +463,6 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         transfer_guard=self.options.transfer_guard,
         step_timeout_s=self.options.step_timeout_s,
         engine_tp=self.options.engine_tp,
-        engine_model=(maxtext_actor.engine_spec(self.maxtext_config())
-                      if self.maxtext else None),
         checkpoint_fingerprint=self.checkpoint_fingerprint(),
         resume_step=self.options.resume_step,
     )
