@@ -14,15 +14,18 @@
 
 """Runs commands beside another; their output follows the other's.
 
-  python scripts/run_beside.py LOG BESIDE_1... [:: BESIDE_2... ...] ::: MAIN...
+  python scripts/run_beside.py LOG BESIDE_1... [:: BESIDE_2... ...]
+      [--also=LOG2 BESIDE_3... [:: ...]] ... ::: MAIN...
 
 `make test` builds `.venv-maxtext-vllm` and runs tests/cluster (namespaced
 machines that mostly wait out the limits under test) beside the main group
-this way. MAIN writes to the terminal as it goes; the BESIDE commands run
-one after the other (each whatever the one before returned), their output
-going to LOG, which is printed once everything has ended. Exit status:
-MAIN's if non-zero, else the first non-zero BESIDE's; pytest's "collected
-no tests" (5) counts as a failure. Every child stays in this process group
+this way, and the main group's second shard in a second chain. MAIN writes
+to the terminal as it goes; each chain's BESIDE commands run one after the
+other (each whatever the one before returned), the chains at the same
+time, each chain's output going to its LOG, which is printed once
+everything has ended. Exit status: MAIN's if non-zero, else the first
+non-zero BESIDE's (chain by chain); pytest's "collected no tests" (5)
+counts as a failure. Every child stays in this process group
 with SIGINT at its default, so Ctrl-C reaches them and each runs its
 teardown (a shell's `&` would start them with SIGINT ignored); no BESIDE
 command starts after a Ctrl-C.
@@ -35,6 +38,7 @@ import threading
 
 _MAIN = ":::"
 _NEXT = "::"
+_ALSO = "--also="
 
 
 def _status(name: str, code: int) -> int:
@@ -64,51 +68,71 @@ def _split(args: list[str]) -> list[list[str]]:
   return commands
 
 
+def _chains(args: list[str], log: str) -> list[tuple[pathlib.Path,
+                                                     list[list[str]]]]:
+  """(LOG, commands) per chain; a chain starts at `--also=LOG`."""
+  chains: list[tuple[str, list[str]]] = [(log, [])]
+  for arg in args:
+    if arg.startswith(_ALSO):
+      chains.append((arg[len(_ALSO):], []))
+    else:
+      chains[-1][1].append(arg)
+  return [(pathlib.Path(l), _split(a)) for l, a in chains]
+
+
 def main(argv: list[str]) -> int:
   if len(argv) < 4 or _MAIN not in argv[2:]:
     print(__doc__, file=sys.stderr)
     return 2
-  log = pathlib.Path(argv[1])
   cut = argv.index(_MAIN, 2)
-  beside, main_cmd = _split(argv[2:cut]), argv[cut + 1:]
-  if not all(beside) or not main_cmd:
+  chains, main_cmd = _chains(argv[2:cut], argv[1]), argv[cut + 1:]
+  if (not main_cmd or not all(l.name for l, _ in chains)
+      or not all(c for _, cmds in chains for c in cmds)):
     print(__doc__, file=sys.stderr)
     return 2
-  log.parent.mkdir(parents=True, exist_ok=True)
-  names = [" ".join(c) for c in beside]
-  print(f">> beside this run, one after the other: {'; '.join(names)}"
-        f" (output: {log}, shown at the end)", flush=True)
+  for log, cmds in chains:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    names = "; ".join(" ".join(c) for c in cmds)
+    print(f">> beside this run, one after the other: {names}"
+          f" (output: {log}, shown at the end)", flush=True)
   interrupted = threading.Event()
-  codes: list[int] = []
-  with open(log, "w") as out:
+  codes: list[list[int]] = [[] for _ in chains]
 
-    def run_beside() -> None:
-      for cmd in beside:
+  def run_chain(log: pathlib.Path, cmds: list[list[str]],
+                out_codes: list[int]) -> None:
+    with open(log, "w") as out:
+      for cmd in cmds:
         if interrupted.is_set():
           return
         out.write(f">> {' '.join(cmd)}\n")
         out.flush()
-        codes.append(_wait(
+        out_codes.append(_wait(
             subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT),
             interrupted))
 
-    thread = threading.Thread(target=run_beside, daemon=True)
+  threads = [threading.Thread(target=run_chain, args=(l, c, k), daemon=True)
+             for (l, c), k in zip(chains, codes)]
+  for thread in threads:
     thread.start()
-    main_code = _wait(subprocess.Popen(main_cmd), interrupted)
+  main_code = _wait(subprocess.Popen(main_cmd), interrupted)
+  for thread in threads:
     while thread.is_alive():
       try:
         thread.join()
       except KeyboardInterrupt:
         interrupted.set()
-  print("\n>> ran beside the above:", flush=True)
-  sys.stdout.write(log.read_text())
-  sys.stdout.flush()
-  for name, code in [("main", main_code), *zip(names, codes)]:
+  results = [("main", main_code)]
+  for (log, cmds), chain_codes in zip(chains, codes):
+    print("\n>> ran beside the above:", flush=True)
+    sys.stdout.write(log.read_text())
+    sys.stdout.flush()
+    results += zip((" ".join(c) for c in cmds), chain_codes)
+  for name, code in results:
     status = _status(name, code)
     if status:
       return status
   # Only a Ctrl-C leaves commands unstarted.
-  return 1 if len(codes) < len(beside) else 0
+  return 1 if sum(map(len, codes)) < sum(len(c) for _, c in chains) else 0
 
 
 if __name__ == "__main__":

@@ -60,6 +60,30 @@ def test_commands_beside_run_in_order_each_whatever_the_last_returned(
       "one", "two", "three"], proc.stdout
 
 
+def test_a_second_chain_runs_at_the_same_time_with_its_own_log(tmp_path):
+  # main ends only once both chains have started; the second chain's
+  # second command runs after its first, and its failure is the result.
+  one, two = tmp_path / "one", tmp_path / "two"
+  proc = subprocess.run(
+      [sys.executable, str(SCRIPT), str(tmp_path / "a.log"),
+       "sh", "-c", f"touch {one}; echo chain-one",
+       f"--also={tmp_path / 'b.log'}",
+       "sh", "-c", f"touch {two}; echo chain-two-a", "::",
+       "sh", "-c", "echo chain-two-b; exit 6", ":::",
+       "sh", "-c",
+       f"while [ ! -e {one} ] || [ ! -e {two} ]; do sleep 0.05; done;"
+       " echo from-main"],
+      capture_output=True, text=True, timeout=60, check=False)
+  assert proc.returncode == 6, (proc.stdout, proc.stderr)
+  lines = proc.stdout.splitlines()
+  order = [l for l in lines
+           if l in ("from-main", "chain-one", "chain-two-a", "chain-two-b")]
+  assert order == ["from-main", "chain-one", "chain-two-a", "chain-two-b"], (
+      proc.stdout)
+  assert "chain-two-b" in (tmp_path / "b.log").read_text()
+  assert "chain-two" not in (tmp_path / "a.log").read_text()
+
+
 @pytest.mark.parametrize(
     ("beside", "main", "code"),
     [("exit 0", "exit 0", 0), ("exit 0", "exit 2", 2), ("exit 3", "exit 0", 3),
