@@ -127,18 +127,21 @@ demo-agentic: $(STAMP)
 # slower on 2 cores (docs/testing.md). The main group leaves a core idle
 # about a quarter of the time (imports, tracing, waits), so it runs as two
 # shards side by side: SHARD2_TESTS (modules that share no session run with
-# the rest) in a network namespace and a temp dir of their own
-# (scripts/own_netns.py), so that neither shard's ports, Ray heads or
-# leftover checks meet the other's; where no namespace can be made (not
-# root), in the first shard's pytest. Beside both (scripts/run_beside.py;
-# their output follows the main group's): .venv-maxtext-vllm's build, then
-# the fault modules that mostly wait out the limits they test
-# (BESIDE_TESTS: namespaced machines, the step watchdog).
+# the rest) beside the others. Beside both (scripts/run_beside.py; their
+# output follows the main group's): .venv-maxtext-vllm's build, then the
+# fault modules that mostly wait out the limits they test (BESIDE_TESTS:
+# namespaced machines, the step watchdog). The second shard and the fault
+# modules each run in a network namespace and a temp dir of their own
+# (scripts/own_netns.py), so that no group's ports, Ray heads or leftover
+# checks meet another's; where no namespace can be made (not root), the
+# second shard runs in the first one's pytest and the fault modules as
+# they are.
 STATS := runs/test-stats
 PYTEST_ARGS := -q -p no:cacheprovider
 BESIDE_TESTS := tests/cluster tests/test_faults.py
 SHARD2_TESTS := tests/cli tests/bench tests/test_checkpointing.py \
-  tests/test_checkpoint_gcs.py tests/da/test_da_resume.py
+  tests/test_checkpoint_gcs.py tests/da/test_da_resume.py \
+  tests/maxtext/test_maxtext_patching.py
 # "yes" where scripts/own_netns.py can make a namespace (expanded in the
 # recipe, once the venv exists).
 OWN_NETNS = $(shell $(PY) scripts/own_netns.py --check >/dev/null 2>&1 && echo yes)
@@ -150,7 +153,7 @@ test: $(STAMP)
 	@$(if $(NS),true,echo ">> no network namespace here ($$($(PY) scripts/own_netns.py --check 2>&1)): the main group runs as one shard")
 	$(PY) scripts/run_beside.py $(STATS)/beside.log \
 	  $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
-	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/beside $(PY) -m pytest $(BESIDE_TESTS) -m "not vllm" \
+	  $(if $(NS),$(PY) scripts/own_netns.py) env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/beside $(PY) -m pytest $(BESIDE_TESTS) -m "not vllm" \
 	    --durations=5 --junitxml=$(STATS)/beside.xml $(PYTEST_ARGS) \
 	  $(if $(NS),--also=$(STATS)/main2.log $(PY) scripts/own_netns.py \
 	    env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main2 $(PY) -m pytest $(SHARD2_TESTS) -m "not vllm" \

@@ -128,7 +128,13 @@ def _two_host_probe_runs(cache, share: bool):
     # Each host contributes arange(2): 3 * (0 + 1) * 2 hosts.
     assert warm[host]["total"] == cold[host]["total"] == 6.0
     assert warm[host]["local"] == cold[host]["local"] == [8.0] * 3
-    assert cold[host]["global_hits"] == cold[host]["local_hits"] == 0
+    assert cold[host]["local_hits"] == 0
+  # Cold: host 0 (the global program's only writer) finds nothing. With the
+  # suite's hook host 1 reads the global entry whenever host 0 has written
+  # it before host 1 looks it up, which a loaded machine can make happen
+  # in the cold run already (seen with the main group in two shards).
+  assert cold[0]["global_hits"] == 0
+  assert cold[1]["global_hits"] in ((0, 1) if share else (0,)), cold
   return warm
 
 

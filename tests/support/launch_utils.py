@@ -282,10 +282,12 @@ def steps_done(metrics: pathlib.Path) -> int:
 def in_this_network_namespace(pid: int) -> bool:
   """Whether `pid` shares this process's network namespace.
 
-  `make test` runs tests/cluster (machines in namespaces of their own, with
-  Ray nodes and jobs) beside the main group: a check for leftover processes
-  looks only at this machine's, where a leak of its own jobs would be. A
-  process whose namespace cannot be read counts as this machine's.
+  `make test` runs the main group's second shard and the fault modules
+  (tests/cluster: machines in namespaces of their own, with Ray nodes and
+  jobs) beside the first shard, each group in a namespace of its own
+  (scripts/own_netns.py): a check for leftover processes looks only at its
+  own namespace, where a leak of its own jobs would be. A process whose
+  namespace cannot be read counts as this one's.
   """
   try:
     return (os.readlink(f"/proc/{pid}/ns/net")
