@@ -17,10 +17,11 @@
   python scripts/own_netns.py --check   # exit 0 if it can, else says why
   python scripts/own_netns.py CMD...    # CMD's exit status
 
-`make test` runs a second shard of the main group this way beside the
-first: its jobs' ports, Ray heads and sockets cannot meet the other
-shard's, and a check for leftover processes or temp files (which looks at
-its own namespace and `tempfile.gettempdir()`) sees only its own. The
+`make test` runs the main group's second shard and the fault modules this
+way beside the first shard: their jobs' ports, Ray heads and sockets cannot
+meet another group's, and a check for leftover processes or temp files
+(which looks at its own namespace and `tempfile.gettempdir()`) sees only
+its own group's. The
 namespace has loopback only (up); the temp dir (TMPDIR) is removed after
 CMD ends. Needs root (or CAP_SYS_ADMIN), `unshare` and `ip`.
 """
