@@ -14,7 +14,7 @@
 
 
 """scripts/own_netns.py: how `make test` runs the main group's second shard
-(a network namespace and a temp dir of its own)."""
+and the fault modules (a network namespace and a temp dir of their own)."""
 
 import importlib.util
 import os

@@ -74,15 +74,11 @@ def _with_maxtext_engine(kwargs: dict[str, Any]) -> dict[str, Any]:
 
   options = kwargs.get("options") or cluster.McJaxOptions()
   if options.engine_model is None and _is_maxtext_actor(kwargs.get("actor")):
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
     from tunix_mcjax.maxtext import models as maxtext_models  # pylint: disable=g-import-not-at-top
 
-    config = kwargs["actor"].base.config
     kwargs = dict(kwargs, options=dataclasses.replace(
-        options,
-        engine_model=maxtext_models.engine_model_spec(
-            config, dtype=jnp.dtype(config.weight_dtype))))
+        options, engine_model=maxtext_models.weight_dtype_engine_spec(
+            kwargs["actor"].base.config)))
   return kwargs
 
 

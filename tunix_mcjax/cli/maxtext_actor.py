@@ -85,11 +85,9 @@ def axis_rules(mt_config: Any) -> dict[Any, Any]:
 def engine_spec(mt_config: Any) -> Any:
   """The engines' model in the actor's weight dtype (the trainers' is
   filled in by the backend factory: `backends._with_maxtext_engine`)."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from tunix_mcjax.maxtext import models  # pylint: disable=g-import-not-at-top
 
-  return models.engine_model_spec(
-      mt_config, dtype=jnp.dtype(mt_config.weight_dtype))
+  return models.weight_dtype_engine_spec(mt_config)
 
 
 def engine_model_on(mt_config: Any, on_mesh: Any) -> Any:

@@ -324,6 +324,12 @@ def qwen3_param_mapping(
   return mapping
 
 
+def weight_dtype_engine_spec(config: Any) -> Any:
+  """`engine_model_spec` in the MaxText config's own weight dtype: the
+  engine model of a MaxText actor, trainer and rollout hosts alike."""
+  return engine_model_spec(config, dtype=jnp.dtype(config.weight_dtype))
+
+
 def engine_model_spec(config: Any, *, dtype: Any = jnp.float32) -> Any:
   """The `EngineModelSpec` that puts a Tunix Qwen3 engine behind a MaxText actor."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
