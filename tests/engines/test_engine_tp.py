@@ -336,11 +336,10 @@ def test_tp_spec_replicates_what_tp_does_not_divide():
      " mcjax_da's rollout hosts; --backend=tunix does not take it"),
     (dict(engine_tp=2, backend="mcjax_da", trainer="maxtext"),
      "--engine_tp=2 with --trainer=maxtext"),
-    (dict(engine_tp=2, engine="vllm"),
-     "--engine_tp=2 with --engine=vllm: that engine drives one in-process"
-     " vLLM worker, so its tensor_parallel_size is 1; use --engine=native"
-     " or --engine_tp=1."),
-    (dict(engine_tp=2, engine="vllm_tpu"), "--engine=vllm_tpu"),
+    (dict(engine_tp=2, engine="vllm_tpu"),
+     "--engine_tp=2 with --engine=vllm_tpu: that engine has no"
+     " tensor-parallel layout here; use --engine=native or vllm, or"
+     " --engine_tp=1."),
 ])
 def test_job_config_refuses(kwargs, message):
   with pytest.raises(ValueError) as e:
@@ -375,6 +374,9 @@ def test_engine_tp_must_divide_the_devices_per_host():
 def test_maxtext_trainer_is_refused():
   problem = rules.engine_tp(2, trainer="maxtext")
   assert problem is not None and "--trainer=maxtext" in problem.message
+  # vLLM's staging is replicated at any tp: a MaxText trainer publishes to
+  # it as at tp 1 (tests/cli/test_recipe_agentic_disagg.py runs it).
+  assert rules.engine_tp(2, trainer="maxtext", engine="vllm") is None
 
 
 def test_cluster_options():
@@ -392,16 +394,41 @@ def test_cli_options():
   with pytest.raises(options.ConfigError,
                      match="--backend=tunix does not take it"):
     options.CliOptions(backend="tunix", engine_tp=2)
-  with pytest.raises(options.ConfigError, match="--engine=vllm"):
-    options.CliOptions(backend="mcjax", engine="vllm", engine_tp=2)
+  assert options.CliOptions(backend="mcjax", engine="vllm",
+                            engine_tp=2).engine_tp == 2
 
 
 def test_vllm_tensor_parallel_size_from_engine_tp():
   assert vllm_options.parallel_settings(1) == dict(
       tensor_parallel_size=1, distributed_executor_backend="uni")
-  with pytest.raises(ValueError, match="tensor_parallel_size must be 1"):
-    vllm_options.parallel_settings(2)
+  assert vllm_options.parallel_settings(2) == dict(
+      tensor_parallel_size=2, distributed_executor_backend="mp")
+  for bad in (0, True, 1.5):
+    with pytest.raises(ValueError, match="engine tp must be an integer"):
+      vllm_options.parallel_settings(bad)
   assert engines_base.engine_tp(runtime.local_mesh(tp=2)) == 2
+  assert job_config.GrpoJobConfig(engine="vllm", engine_tp=2).engine_tp == 2
+
+
+def test_vllm_tp_workers_are_spawned_on_cores_of_their_own():
+  def env(tp, environ=None, **kw):
+    return vllm_options.worker_environment(
+        tp, rpc_dir="/e", environ={} if environ is None else environ, **kw)
+
+  assert env(1, on_cpu=True, cpus=[0, 1]) == {}
+  assert env(2, on_cpu=True, cpus=[0, 1]) == {
+      "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "VLLM_RPC_BASE_PATH": "/e",
+      "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+  assert env(2, on_cpu=True, cpus=[4, 5, 6, 7, 8])[
+      "VLLM_CPU_OMP_THREADS_BIND"] == "4,5|6,7"
+  # More workers than cores: they share the cores in turn.
+  assert env(4, on_cpu=True, cpus=[0, 1])[
+      "VLLM_CPU_OMP_THREADS_BIND"] == "0|1|0|1"
+  # Not on CPU: no binding. What the user set is kept.
+  assert "VLLM_CPU_OMP_THREADS_BIND" not in env(2, on_cpu=False)
+  assert env(2, on_cpu=True, cpus=[0, 1], environ={
+      "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_RPC_BASE_PATH": "/u",
+      "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}) == {}
 
 
 # --- the example: 2 hosts x 4 devices, engine tp 2 ------------------------------

@@ -27,7 +27,11 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import stat
+import subprocess
+import sys
 import tempfile
+import time
 
 from flax import nnx
 import jax
@@ -39,6 +43,7 @@ from tunix.rl.rollout import base_rollout
 vllm = pytest.importorskip("vllm")
 
 from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
+from tunix_mcjax import temp_dirs  # pylint: disable=g-import-not-at-top
 from tunix_mcjax import tree_paths  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.compat import touch_points  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
@@ -366,6 +371,147 @@ def test_unsupported_head_dim_is_explained(mesh):
     vllm_engine.VllmEngine(
         tokenizer=models.ToyTokenizer(), rollout_config=GREEDY,
         context=base.EngineContext(engine_mesh=mesh, initial_model=model))
+
+
+# --- engine tp 2: vLLM's tensor_parallel_size 2 (two worker processes) -----
+
+
+def _children() -> set[int]:
+  """This process's live child processes, but multiprocessing's resource
+  tracker (started by the first spawn, it lives as long as this process)."""
+  me, out = os.getpid(), set()
+  for stat in glob.glob("/proc/[0-9]*/stat"):
+    pid = stat.split("/")[2]
+    try:
+      fields = open(stat).read().rsplit(")", 1)[1].split()
+      cmdline = open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+      continue
+    if (int(fields[1]) == me and fields[0] != "Z"
+        and "resource_tracker" not in cmdline):
+      out.add(int(pid))
+  return out
+
+
+def _shared_files() -> set[str]:
+  """Shared-memory files, and the sockets in the temp dir."""
+  tmp = tempfile.gettempdir()
+  return set(os.listdir("/dev/shm")) | {
+      name for name in os.listdir(tmp)
+      if stat.S_ISSOCK(os.lstat(os.path.join(tmp, name)).st_mode)}
+
+
+@pytest.fixture(scope="module")
+def tp_engines():
+  """The tied model in vLLM at tp 1 and at tp 2 (engine meshes (2, 1) and
+  (1, 2) of the same two devices), with row ids set per call; the tp 2
+  engine's worker processes, and the shared files before it started."""
+  devices = np.array(jax.devices()[:2])
+  model = _model(True, seed=11)
+  engines, before, files = {}, _children(), _shared_files()
+  for tp, shape in ((1, (2, 1)), (2, (1, 2))):
+    row_ids = ArrayRowIds()
+    engines[tp] = (vllm_engine.VllmEngine(
+        tokenizer=TOKENIZER, rollout_config=GREEDY,
+        context=base.EngineContext(
+            engine_mesh=jax.sharding.Mesh(devices.reshape(shape),
+                                          ("fsdp", "tp")),
+            initial_model=model, row_ids=row_ids, seed=5)), row_ids)
+  workers = (_children() - before, files)
+  yield engines, model, workers
+  for ve, _ in engines.values():
+    ve.close()
+
+
+def _generate(engines, tp, config, ids):
+  ve, row_ids = engines[tp]
+  row_ids.ids = ids
+  return ve.generate(PROMPTS, config)
+
+
+def _assert_tp2_equals_tp1(engines) -> list[list[int]]:
+  """Greedy and sampled rows: the same tokens; log-probs within 1e-5 (tp 2
+  sums the row-parallel layers' partial products across its two workers,
+  in another order than one worker's matmul: float32 rounding, about 3e-6
+  observed). Returns the greedy tokens."""
+  ids = np.array([[i + 40, 1] for i in range(len(PROMPTS))])
+  a = _generate(engines, 1, GREEDY, ids)
+  b = _generate(engines, 2, GREEDY, ids)
+  _assert_same_greedy(b, a, tol=1e-5)
+  sa = _generate(engines, 1, SAMPLED, ids)
+  sb = _generate(engines, 2, SAMPLED, ids)
+  assert [t.tolist() for t in sb.tokens] == [t.tolist() for t in sa.tokens]
+  for x, y in zip(sb.logprobs, sa.logprobs):
+    np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)
+  # Not vacuous: sampling is not greedy decoding here.
+  assert [t.tolist() for t in sa.tokens] != [t.tolist() for t in a.tokens]
+  return [t.tolist() for t in a.tokens]
+
+
+def test_tp2_runs_two_worker_processes_and_equals_tp1(tp_engines):
+  engines, _, workers = tp_engines
+  assert len(workers[0]) == 2, workers  # tp 1 adds none in this process.
+  assert engines[2][0]._worker is None  # pylint: disable=protected-access
+  _assert_tp2_equals_tp1(engines)
+
+
+def _update(engines, params) -> None:
+  for ve, _ in engines.values():
+    ve.update_params(_replicated(ve.engine_mesh, params))
+
+
+def test_tp2_publication_reaches_every_worker(tp_engines):
+  engines, model, _ = tp_engines
+  before = _assert_tp2_equals_tp1(engines)
+  _update(engines, nnx.state(_model(True, seed=99), nnx.Param))
+  # Equal to tp 1 under the new weights, and not the old completions.
+  assert _assert_tp2_equals_tp1(engines) != before
+  stats = engines[2][0].last_update_stats
+  assert stats.num_tensors == len(jax.tree.leaves(
+      nnx.state(model, nnx.Param)))
+  assert 0 < stats.reload_seconds <= stats.seconds
+  _update(engines, nnx.state(model, nnx.Param))
+  assert _assert_tp2_equals_tp1(engines) == before
+
+
+def test_tp2_close_ends_its_workers(tp_engines):
+  """Last of the tp tests: closes the tp 2 engine (closing is idempotent)."""
+  engines, _, workers = tp_engines
+  engines[2][0].close()
+  left = workers[0] & _children()
+  assert not left, [open(f"/proc/{p}/cmdline").read() for p in left]
+  # No socket left in the temp dir (vLLM's go in the engine's own
+  # directory), nothing in shared memory.
+  assert _shared_files() <= workers[1], _shared_files() - workers[1]
+
+
+def test_tp2_workers_end_with_a_killed_host():
+  """A SIGKILLed process's vLLM workers exit (vLLM's death pipe), and the
+  next engine's start sweeps the dead one's directory (its sockets)."""
+  program = os.path.join(os.path.dirname(__file__), os.pardir, "support",
+                         "vllm_tp_host.py")
+  proc = subprocess.Popen([sys.executable, program], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+  try:
+    line = proc.stdout.readline()
+    assert line.startswith("READY "), line
+    engine_dir = line.split()[1]
+    workers = {int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/stat")
+               if open(p).read().rsplit(")", 1)[1].split()[1] == str(
+                   proc.pid) and "VLLM::Worker" in open(
+                       p.replace("stat", "cmdline")).read()}
+    assert len(workers) == 2, workers
+  finally:
+    proc.kill()
+    proc.wait()
+  deadline = time.monotonic() + 60
+  while time.monotonic() < deadline and any(
+      os.path.exists(f"/proc/{p}") for p in workers):
+    time.sleep(0.5)
+  assert not [p for p in workers if os.path.exists(f"/proc/{p}")]
+  assert os.path.isdir(engine_dir)  # SIGKILL ran no clean-up ...
+  temp_dirs.sweep()  # ... which the next engine's start does.
+  assert not os.path.exists(engine_dir)
 
 
 def test_row_seeds_depend_only_on_identity():

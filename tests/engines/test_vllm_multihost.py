@@ -22,6 +22,13 @@ host. Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`).
    trainer model's (global FSDP arrays) and differ from before the step.
 2. The GRPO example with `--engine vllm` completes a few steps with a
    learning signal: rewards vary within groups and the parameters move.
+3. Engine tp 2 (`--engine_tp=2`: each host's vLLM at tensor_parallel_size
+   2, two worker processes over its two devices) equals stock Tunix with
+   vLLM (one process x 4 devices, tp 1): the equivalence tests' job, the
+   same rollouts and rewards, losses and parameters within 1e-6. GRPO
+   trains against the trainer's log-probs, not the rollout's, so vLLM's
+   tp 2 log-probs (within 1e-5 of tp 1: tests/engines/test_vllm.py) do
+   not enter the update.
 """
 
 import json
@@ -105,3 +112,28 @@ def test_grpo_with_vllm_engines_completes_with_learning_signal(grpo_run):
 
   # The parameters moved away from the initial model (as the run saved it).
   example_runs.assert_parameters_moved(grpo_run)
+
+@pytest.fixture(name="tp_runs", scope="module")
+def tp_runs_fixture(shared_runs):
+  flags = (*example_runs.EQUIVALENCE_FLAGS, "--engine=vllm", "--num_hosts=2",
+           "--devices_per_host=2")
+  return {
+      "tunix": shared_runs.example(*flags, "--backend=tunix"),
+      "tp2": shared_runs.example(*flags, "--backend=mcjax", "--engine_tp=2",
+                                 "--transfer_guard=disallow"),
+  }
+
+
+@pytest.mark.e2e
+def test_engine_tp2_equals_stock(tp_runs):
+  example_runs.assert_same_rollouts_and_rewards(tp_runs["tunix"],
+                                                tp_runs["tp2"])
+  example_runs.assert_same_losses_and_parameters(tp_runs["tunix"],
+                                                 tp_runs["tp2"])
+  example_runs.assert_parameters_moved(tp_runs["tp2"])
+  # Each host's vLLM ran on an engine mesh with tp 2, vLLM's
+  # tensor_parallel_size (tests/engines/test_vllm.py: two worker processes).
+  for host in (0, 1):
+    layout = json.loads(
+        (tp_runs["tp2"] / f"engine_layout_host{host}.json").read_text())
+    assert layout["mesh"] == {"fsdp": 1, "tp": 2}, layout["mesh"]

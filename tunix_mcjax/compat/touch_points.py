@@ -509,6 +509,27 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         optional_dependency="vllm",
     ),
     TouchPoint(
+        module="vllm.v1.engine.llm_engine", attr="LLMEngine.__init__",
+        kind="source", needle="self.engine_core = ",
+        wrapper="compat.vllm_engine.shutdown",
+        why="engine tp > 1: the in-process engine core, whose shutdown stops"
+        " the executor's worker processes (LLMEngine has none in 0.32).",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.v1.engine.core_client", attr="InprocClient.shutdown",
+        wrapper="compat.vllm_engine.shutdown",
+        why="stops the engine core and its executor's workers.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
+        module="vllm.envs", attr="disable_envs_cache",
+        wrapper="compat.vllm_engine.reread_environment",
+        why="a second engine in one process (tests) reads the variables set"
+        " for it (engine tp's worker binding), not the first one's cache.",
+        optional_dependency="vllm",
+    ),
+    TouchPoint(
         module="vllm.platforms", attr="current_platform",
         wrapper="compat.vllm_engine.platform",
         why="CPU or not (KV-cache space, head sizes, GPU memory setting).",

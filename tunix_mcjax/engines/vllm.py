@@ -14,8 +14,8 @@
 
 """A host-local vLLM (PyTorch) rollout engine fed by JAX publication.
 
-`VllmEngine` runs one in-process vLLM engine per host (GPU, or CPU for
-tests) behind the same `Engine` interface as the native sampler. The trainer
+`VllmEngine` runs one vLLM engine per host, its core in-process (GPU, or CPU
+for tests) behind the same `Engine` interface as the native sampler. The trainer
 stays in JAX; after every update the cluster's publication all-gathers the
 FSDP state into a host-local JAX staging tree (`publication_target()`:
 Tunix's own parameter layout, replicated on the host's engine mesh), and
@@ -23,8 +23,11 @@ Tunix's own parameter layout, replicated on the host's engine mesh), and
 
   staging JAX arrays --DLPack (zero copy) or host copy--> torch views in the
   Hugging Face layout (reshape/transpose only) --> one
-  `driver_worker.reload_weights(weights_iterator=...)` --> (tied embeddings:
-  re-process the LM head) --> reset the prefix cache.
+  `reload_weights(weights_iterator=...)` per vLLM worker --> (tied
+  embeddings: re-process the LM head) --> reset the prefix cache.
+Engine tp N > 1 (`--engine_tp`) is vLLM's tensor_parallel_size: N worker
+processes, each update pickled to them as CPU tensors (`compat.vllm_engine`;
+a GPU-to-GPU path, CUDA IPC, is not built).
 
 vLLM's internals on that path (the driver worker, the LM head) are reached
 through `compat.vllm_engine`. Beside this module: `vllm_staging` (the
@@ -164,8 +167,8 @@ class VllmEngine(base.Engine):
       )
     engine_mesh, source = base.engine_mesh_and_source(
         "VllmEngine", context, mesh=mesh, rollout_actor=rollout_actor)
-    # Refuses an engine tp vLLM is not driven with here, before it starts.
-    vllm_options.parallel_settings(base.engine_tp(engine_mesh))
+    self._tp = base.engine_tp(engine_mesh)
+    vllm_options.parallel_settings(self._tp)  # Checked before vLLM starts.
     config = getattr(source, "config", None)
     from tunix.models.qwen3 import model as qwen3_lib  # pylint: disable=g-import-not-at-top
 
@@ -245,7 +248,9 @@ class VllmEngine(base.Engine):
     )
     self._config_dir = config_dir
     self._llm = self._create_llm(config_dir, dtype)
-    self._worker = compat_vllm.engine_worker(self._llm)
+    # Engine tp 1: its one worker, in this process (module doc).
+    self._worker = (compat_vllm.engine_worker(self._llm) if self._tp == 1
+                    else None)
     # The first real weights arrive like every later update. A host-local
     # model's arrays are already on this host; the single-controller
     # backend's actor is sharded, hence `reshard` for this one call.
@@ -299,7 +304,7 @@ class VllmEngine(base.Engine):
         max_model_len=self._max_model_len,
         enforce_eager=True,
         # tensor_parallel_size: the engine mesh's tp axis (engine tp).
-        **vllm_options.parallel_settings(base.engine_tp(self._engine_mesh)),
+        **vllm_options.parallel_settings(self._tp),
         seed=self._seed,
         enable_prefix_caching=opts.enable_prefix_caching,
         # log_softmax(logits / temperature) of the sampled token, as Tunix's
@@ -311,25 +316,16 @@ class VllmEngine(base.Engine):
     # Tunix's honoured rollout_vllm_* keys, then the options' own.
     kwargs.update(vllm_options.llm_settings(opts, self._rollout_config,
                                             on_cpu=on_cpu))
-    self._check_head_dim(on_cpu)
+    if on_cpu:
+      vllm_options.check_cpu_head_dim(self._head_dim)
     # vLLM's single-worker executor rendezvouses through a file in the temp
     # dir (vllm_dist_<uuid>) that it never removes: ours goes at close.
-    with temp_dirs.as_tempdir(self._tmpdir.name):
+    # Engine tp > 1: the workers' start method and CPU cores, for this call.
+    with temp_dirs.as_tempdir(self._tmpdir.name), vllm_options.environment(
+        vllm_options.worker_environment(self._tp, on_cpu=on_cpu,
+                                        rpc_dir=self._tmpdir.name)):
+      compat_vllm.reread_environment()
       return self._vllm.LLM(**kwargs)
-
-  def _check_head_dim(self, on_cpu: bool) -> None:
-    if not on_cpu:
-      return
-    supported = compat_vllm.cpu_attention_head_sizes()
-    if supported is None:  # Other vLLM versions: let it try.
-      return
-    head_dim = self._head_dim
-    if head_dim not in supported:
-      raise ValueError(
-          f"vLLM's CPU attention does not support head_dim={head_dim}; it"
-          f" supports {supported}. Use a model config with one of those"
-          " (e.g. models.tiny_qwen3_config(head_dim=32))."
-      )
 
   # --- Engine interface ------------------------------------------------------
 
@@ -430,11 +426,17 @@ class VllmEngine(base.Engine):
       self._llm.release_kv_cache_memory()
       freed = True
     try:
-      compat_vllm.load_tensors(self._worker, tensors)
-      if self._tied and self._embedding_path in flat:
-        # After reload_weights the tied LM head keeps a stale packed copy of
-        # the embedding on CPU (docs/platform-notes.md); re-process it.
-        compat_vllm.reprocess_tied_lm_head(self._worker)
+      # After reload_weights the tied LM head keeps a stale packed copy of
+      # the embedding on CPU (docs/platform-notes.md); re-process it.
+      tied = self._tied and self._embedding_path in flat
+      if self._worker is not None:
+        compat_vllm.load_tensors(self._worker, tensors)
+        if tied:
+          compat_vllm.reprocess_tied_lm_head(self._worker)
+      else:  # tp workers in processes of their own: pickled CPU tensors.
+        compat_vllm.load_tensors_on_workers(
+            self._llm, [(n, t.detach().cpu()) for n, t in tensors],
+            tied_lm_head=tied)
     finally:
       if freed:
         self._llm.wake_up(tags=["kv_cache"])
@@ -591,7 +593,7 @@ class VllmEngine(base.Engine):
     if llm is not None:
       self._llm = None
       self._worker = None
-      compat_vllm.shutdown(llm)
+      compat_vllm.shutdown(llm, worker_processes=self._tp > 1)
       del llm
     if self._tmpdir is not None:
       self._tmpdir.cleanup()

@@ -22,12 +22,15 @@ vLLM and PyTorch, with a message naming the environment that has them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
+import contextlib
 import dataclasses
 import os
 from typing import Any
 
 from absl import logging
 
+from tunix_mcjax.compat import vllm_engine as compat_vllm
 from tunix_mcjax.rules import vllm_keys
 
 TRANSFERS = ("dlpack", "host")
@@ -37,9 +40,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = vllm_keys.DEFAULT_HBM_UTILIZATION
 DEFAULT_MAX_NUM_SEQS = 256
 DTYPES = ("float32", "bfloat16", "float16")
 
-# vLLM only supports in-process weight reloads: in multiprocess mode tensors
-# passed through collective_rpc fail to pickle (docs/platform-notes.md,
-# "vLLM on CPU").
+# The engine core stays in this process: with it in a process of its own,
+# tensors passed through collective_rpc fail to pickle (docs/platform-notes.md,
+# "vLLM on CPU"); its executor's tp workers take them (`parallel_settings`).
 _REQUIRED_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 # Defaults a user may override from the environment.
 _DEFAULT_ENV = {
@@ -162,22 +165,84 @@ def llm_settings(options: VllmEngineOptions, rollout_config: Any,
 def parallel_settings(engine_tp: int) -> dict[str, Any]:
   """`vllm.LLM`'s parallelism from the engine mesh's tp axis size.
 
-  The engine reloads weights through the worker of an in-process, single
-  worker vLLM (the "uni" executor): vLLM's tensor_parallel_size is the
-  engine tp, which must then be 1 (the job checks refuse more before any
-  host starts: `rules.engine_tp`).
+  Engine tp 1: one in-process worker (vLLM's "uni" executor), whose
+  `reload_weights` the engine calls directly. Engine tp N > 1: vLLM's
+  multiprocess executor with N workers (`tensor_parallel_size=N`), each
+  reloaded through `LLM.collective_rpc` (the engine core stays in this
+  process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`).
 
   Raises:
-    ValueError: engine_tp is not 1.
+    ValueError: engine_tp is not a positive integer.
   """
-  if engine_tp != 1:
-    raise ValueError(
-        f"VllmEngine on an engine mesh with tp axis {engine_tp}: the engine"
-        " drives one in-process vLLM worker (distributed_executor_backend"
-        " 'uni'), so vLLM's tensor_parallel_size must be 1; use the native"
-        " engine for engine tensor parallelism, or an engine mesh with tp 1.")
+  if isinstance(engine_tp, bool) or not isinstance(engine_tp, int) or (
+      engine_tp < 1):
+    raise ValueError(f"VllmEngine's engine tp must be an integer >= 1, got"
+                     f" {engine_tp!r}.")
   return dict(tensor_parallel_size=engine_tp,
-              distributed_executor_backend="uni")
+              distributed_executor_backend="uni" if engine_tp == 1 else "mp")
+
+
+def worker_environment(engine_tp: int, *, on_cpu: bool, rpc_dir: str,
+                       environ: Mapping[str, str] | None = None,
+                       cpus: Sequence[int] | None = None) -> dict[str, str]:
+  """Environment variables vLLM's tp workers need, beyond the user's.
+
+  The workers are spawned, never forked: this process runs JAX's threads.
+  Their sockets go in `rpc_dir` (the engine's own directory, removed at
+  close: vLLM leaves them behind). On CPU each worker binds its OpenMP
+  threads to cores of its own (`VLLM_CPU_OMP_THREADS_BIND`, "0|1" for two);
+  vLLM's automatic binding wants a NUMA node per worker. A variable the
+  user set is kept.
+
+  Args:
+    engine_tp: vLLM's tensor_parallel_size.
+    on_cpu: vLLM's platform is the CPU.
+    rpc_dir: where vLLM's processes put their sockets.
+    environ: the process environment (default `os.environ`).
+    cpus: the cores this process may use (default its affinity).
+  """
+  environ = os.environ if environ is None else environ
+  if engine_tp == 1:
+    return {}
+  out = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+         "VLLM_RPC_BASE_PATH": rpc_dir}
+  if on_cpu:
+    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    if len(cpus) >= engine_tp:  # Contiguous cores per worker.
+      per = len(cpus) // engine_tp
+      groups = [cpus[i * per:(i + 1) * per] for i in range(engine_tp)]
+    else:  # Fewer cores than workers: workers share them in turn.
+      groups = [[cpus[i % len(cpus)]] for i in range(engine_tp)]
+    out["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+        ",".join(str(c) for c in g) for g in groups)
+  return {k: v for k, v in out.items() if k not in environ}
+
+
+def check_cpu_head_dim(head_dim: int) -> None:
+  """Refuses a head_dim vLLM's CPU attention has no kernel for."""
+  supported = compat_vllm.cpu_attention_head_sizes()
+  if supported is None:  # Other vLLM versions: let it try.
+    return
+  if head_dim not in supported:
+    raise ValueError(
+        f"vLLM's CPU attention does not support head_dim={head_dim}; it"
+        f" supports {supported}. Use a model config with one of those"
+        " (e.g. models.tiny_qwen3_config(head_dim=32)).")
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+  """`values` set in the process environment inside the block only."""
+  saved = {k: os.environ.get(k) for k in values}
+  os.environ.update(values)
+  try:
+    yield
+  finally:
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
 
 
 def import_vllm() -> Any:

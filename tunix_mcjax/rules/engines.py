@@ -234,10 +234,9 @@ def trainer_engine(
 
 # Engines whose host-local layout takes engine tensor parallelism
 # (`engine_tp`): the native engine splits its parameters over a (dp, tp)
-# mesh. The vLLM engine drives one in-process worker (vLLM's "uni"
-# executor, whose worker it reloads directly), so its tensor_parallel_size
-# stays 1.
-ENGINE_TP_ENGINES = ("native",)
+# mesh; the vLLM engine runs vLLM with tensor_parallel_size = tp (its
+# multiprocess executor, one worker process per tp rank).
+ENGINE_TP_ENGINES = ("native", "vllm")
 
 
 def engine_tp(
@@ -272,17 +271,17 @@ def engine_tp(
         " (the stock backend runs one engine over every device): use"
         f" --backend=mcjax or {flag}=1.")
   if engine not in ENGINE_TP_ENGINES:
-    why = (" drives one in-process vLLM worker, so its tensor_parallel_size"
-           " is 1" if engine in ("vllm", TUNIX_VLLM_ENGINE)
-           else " has no tensor-parallel layout here")
     return Problem(
-        message=f"{flag}={tp} with --engine={engine}: that engine{why}; use"
-        f" --engine={ENGINE_TP_ENGINES[0]} or {flag}=1.")
-  if trainer != "tunix":
+        message=f"{flag}={tp} with --engine={engine}: that engine has no"
+        " tensor-parallel layout here; use --engine=native or vllm, or"
+        f" {flag}=1.")
+  if trainer != "tunix" and engine != "vllm":
+    # vLLM's staging copy is replicated at any tp (vLLM splits it itself).
     return Problem(
         message=f"{flag}={tp} with --trainer={trainer}: the engine model"
-        " behind a MaxText trainer is published replicated; use"
-        f" --trainer=tunix or {flag}=1.")
+        " behind a MaxText trainer is published replicated (native engine"
+        f" tp not built there); use --trainer=tunix, --engine=vllm or"
+        f" {flag}=1.")
   if devices_per_host is not None and devices_per_host % tp:
     choices = [d for d in range(1, devices_per_host + 1)
                if devices_per_host % d == 0]
