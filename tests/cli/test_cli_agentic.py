@@ -147,8 +147,9 @@ def stop_tokens(model: pathlib.Path) -> list[int]:
 WITH_ACTOR = ("rollout_model_config.mesh=null",
               "rollout_model_config.same_mesh_as=actor")
 # mcjax_da: 4 rollout devices, 2 per host (one rollout host per trainer
-# host).
-OWN_ROLLOUT_MESH = ("rollout_model_config.mesh.shape=(2,2)",
+# host); tp 1, as the colocated runs' engines (a tp axis of 2 would give
+# each rollout engine tp 2: tests/cli/test_cli_da.py).
+OWN_ROLLOUT_MESH = ("rollout_model_config.mesh.shape=(4,1)",
                     "rollout_model_config.mesh.axis_names=('fsdp','tp')")
 
 

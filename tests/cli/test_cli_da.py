@@ -142,7 +142,7 @@ def _calls(out: pathlib.Path) -> list[dict]:
 def test_cli_maps_role_meshes_onto_hosts(da_runs):
   out, proc = da_runs["da"]
   assert ("actor mesh (2,1) -> 1 trainer host(s); rollout mesh (2,2) -> 2"
-          " rollout host(s)") in proc.stdout
+          " rollout host(s), one engine each (engine tp 2)") in proc.stdout
   assert "starting 2 rollout hosts and 1 trainer hosts" in proc.stderr
   records = _records(out)
   assert [r["step"] for r in records] == list(range(1, STEPS + 1))
@@ -275,6 +275,9 @@ def test_grpo_staleness_defaults_to_one(da_pipeline, da_lib):
 def test_stock_disagg_config_maps(da_pipeline, da_lib):
   plan = da_lib.plan(da_pipeline(max_staleness=0), devices_per_host=2)
   assert (plan.options.trainer_hosts, plan.options.rollout_hosts) == (1, 2)
+  # The rollout mesh's tp axis: each rollout host's engine tp.
+  assert plan.options.engine_tp == 2
+  assert "one engine each (engine tp 2)" in plan.describe()
   da = plan.options.da_options()
   assert (da.trainer_hosts, da.rollout_hosts, da.max_staleness) == (1, 2, 0)
   assert "reference with the actor" in plan.describe()
@@ -283,6 +286,34 @@ def test_stock_disagg_config_maps(da_pipeline, da_lib):
   again = pickle.loads(pickle.dumps(source))
   assert again.argv == ("grpo_main", "x.yaml")
   assert again.options == plan.options
+
+
+@pytest.mark.parametrize("rollout, kwargs, devices, engine_tp", [
+    ("(2,2)", {}, 2, 2),
+    ("(4,1)", {}, 2, 1),
+    ("(1,2)", {}, 2, 2),  # As Tunix's 8b disagg recipe's (1,8).
+    ("(2,2)", dict(engine_tp=1), 2, 1),  # --engine_tp wins.
+    ("(4,1)", dict(engine_tp=2), 2, 2),
+])
+def test_engine_tp_from_the_rollout_mesh(da_pipeline, da_lib, rollout,
+                                         kwargs, devices, engine_tp):
+  plan = da_lib.plan(da_pipeline(
+      f"rollout_model_config.mesh.shape={rollout}",
+      "rollout_model_config.mesh.axis_names=('fsdp','tp')",
+      max_staleness=0, **kwargs), devices_per_host=devices)
+  assert plan.options.engine_tp == engine_tp
+  assert plan.rollout_source(["x"]).engine_tp == engine_tp
+
+
+def test_a_rollout_tp_axis_over_hosts_is_refused(cli, da_pipeline, da_lib):
+  with pytest.raises(cli.ConfigError) as e:
+    da_lib.plan(da_pipeline("rollout_model_config.mesh.shape=(1,4)",
+                            "rollout_model_config.mesh.axis_names="
+                            "('fsdp','tp')", max_staleness=0),
+                devices_per_host=2)
+  assert ("rollout_model_config.mesh's tp axis=4 must divide the devices per"
+          " host (2) so that an engine replica stays on one host; use one of"
+          " [1, 2] (or pass --engine_tp).") in str(e.value)
 
 
 @pytest.mark.parametrize("overrides, kwargs, devices, messages", [

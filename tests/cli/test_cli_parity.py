@@ -133,7 +133,7 @@ def test_a_da_rollout_host_s_vllm_config_needs_no_mesh(cli, base_config):
   assert config.rollout_vllm_async_scheduling is False
   assert launcher.engine_memory_env(source) == {
       "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.65"}
-  # --engine_tp reaches the rollout hosts' engines (native engine).
+  # --engine_tp reaches the rollout hosts' engines (vLLM's too).
   assert source.engine_tp == 1
   assert disaggregated.CliSource(
       argv=argv, options=cli.CliOptions(backend="mcjax_da", engine_tp=2)

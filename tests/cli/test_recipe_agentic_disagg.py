@@ -28,7 +28,9 @@ config (the tests' own with base_agentic_config.yaml's keys: the Tunix
 wheel ships neither) and, because the random tiny model seldom says eos,
 turns that also end at a digit (an episode that runs out of its budget is
 not trained, docs/agentic.md). The recipe's meshes at size: train (2,1) ->
-1 trainer host, rollout (1,2) -> 1 rollout host with its own vLLM engine.
+1 trainer host, rollout (1,2) -> 1 rollout host with its own vLLM engine
+at tensor_parallel_size 2 (the mesh's tp axis, as in Tunix: two vLLM
+worker processes).
 The MaxText recipe's actor is MaxText's qwen3-8b at the tiny widths (its
 base_emb_dim variable and more model_config.kwargs: MaxText settings, which
 Tunix 0.1.7's CLI would drop and mcjax passes on), random weights; its
@@ -133,7 +135,8 @@ def recipe_run(request, tmp_path_factory):
 def test_recipe_maps_meshes_and_names_the_engine(recipe_run):
   out, proc, _ = recipe_run
   assert ("[grpo_main] mcjax_da: actor mesh (2,1) -> 1 trainer host(s);"
-          " rollout mesh (1,2) -> 1 rollout host(s)") in proc.stdout
+          " rollout mesh (1,2) -> 1 rollout host(s), one engine each (engine"
+          " tp 2)") in proc.stdout
   assert ("rollout_engine=vllm: mcjax engine 'vllm' (the host-local vLLM on"
           " CPU)") in proc.stdout
   assert "max_staleness 0" in proc.stdout + proc.stderr

@@ -61,10 +61,11 @@ SHARED = {
     "rollout_hosts", "max_staleness", "is_cap", "resume_step", "engine_tp",
 }
 # The CLI's config defaults these otherwise (from Tunix's config: the stock
-# backend, `rollout_engine`, the actor mesh, the meshes' host counts, and
-# the staleness by training_mode: 0 for agentic_grpo).
+# backend, `rollout_engine`, the actor mesh, the meshes' host counts, the
+# staleness by training_mode: 0 for agentic_grpo, and the rollout mesh's tp
+# axis under mcjax_da).
 CLI_DEFAULTS_DIFFER = {"backend", "engine", "mesh", "trainer_hosts",
-                       "rollout_hosts", "max_staleness"}
+                       "rollout_hosts", "max_staleness", "engine_tp"}
 # The CLI's own flags.
 CLI_ONLY = {"placement_invariant_sampling", "params_out", "run_eval"}
 

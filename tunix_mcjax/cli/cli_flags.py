@@ -66,7 +66,9 @@ SIMULATE = shared_flags.define(shared_flags.SIMULATE)
 TIMEOUT = shared_flags.define(shared_flags.TIMEOUT)
 METRICS_OUT = _job_flag("metrics_out")
 TRANSFER_GUARD = _job_flag("transfer_guard")
-ENGINE_TP = _job_flag("engine_tp")
+ENGINE_TP = _job_flag(
+    "engine_tp", "Default: 1; under mcjax_da the size of the rollout mesh's"
+    " tp axis (rollout_model_config.mesh).")
 REWARD_WORKERS = _job_flag("reward_workers")
 REWARD_TIMEOUT_S = _job_flag("reward_timeout_s")
 STEP_TIMEOUT_S = _job_flag("step_timeout_s")

@@ -123,7 +123,7 @@ def check_mcjax_config(
   problems = [*unreadable, *check.problems,
               *data.missing_local_inputs(pipeline.config),
               *_agentic_resume(pipeline.config)]
-  engine_tp = pipeline.options.engine_tp
+  engine_tp = pipeline.options.tp()
   if engine_tp != 1:
     # The engine the config's rollout_engine names (any vLLM name is not
     # native, whatever the platform), and the devices per host.

@@ -35,6 +35,7 @@ host runs (the same pipeline as a host of `--backend=mcjax`), and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import dataclasses
 import functools
 import math
@@ -185,13 +186,21 @@ class Plan:
                f"rollout mesh {_shape(self.rollout_shape)}")
     return (f"actor mesh {_shape(self.actor_shape)} -> {o.trainer_hosts}"
             f" trainer host(s); {rollout} -> {o.rollout_hosts} rollout"
-            f" host(s), one engine each; {self.devices_per_host} devices per"
+            f" host(s), one engine each (engine tp {o.tp()});"
+            f" {self.devices_per_host} devices per"
             f" host; reference with the actor; max_staleness"
             f" {o.max_staleness}")
 
   def rollout_source(self, argv: list[str]) -> CliSource:
     """What each rollout host builds its model and engine from."""
     return CliSource(argv=tuple(argv), options=self.options)
+
+
+def _mesh_tp(shape: Sequence[int] | None, axes: Sequence[str]) -> int:
+  """The size of a mesh's "tp" axis; 1 without one."""
+  if shape is None or "tp" not in tuple(axes):
+    return 1
+  return int(shape[tuple(axes).index("tp")])
 
 
 def _rollout_model_problems(pipeline: Any) -> list[str]:
@@ -267,10 +276,11 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
     actor_shape = None
     problems.append(f"actor_model_config.mesh: {e}")
   rollout_owner = owners.get(compat.Role.ROLLOUT)
-  rollout_shape = None
+  rollout_shape, rollout_axes = None, ()
   if rollout_owner == compat.Role.ROLLOUT:
     try:
-      rollout_shape, _ = pipeline.parse_mesh_config("rollout_model_config")
+      rollout_shape, rollout_axes = pipeline.parse_mesh_config(
+          "rollout_model_config")
     except (ValueError, KeyError) as e:
       problems.append(f"rollout_model_config.mesh: {e}")
   elif rollout_owner not in (None, compat.Role.ACTOR):
@@ -293,13 +303,25 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
   trainer_hosts = (counts.trainer_hosts if counts is not None else None)
   problems.extend(_disaggregated_rule_problems(
       pipeline, engine=engine, trainer_hosts=trainer_hosts or 1))
+  engine_tp = options.engine_tp
+  if engine_tp is None:
+    # Tunix's rollout mesh: its tp axis is each rollout engine's tensor
+    # parallelism (vLLM's tensor_parallel_size), its other axes replicas.
+    engine_tp = _mesh_tp(rollout_shape, rollout_axes)
+    tp_problem = None if engine_tp == 1 or counts is None else (
+        rules.engine_tp(engine_tp, backend=options.backend, engine=engine,
+                        devices_per_host=counts.devices_per_host,
+                        flag="rollout_model_config.mesh's tp axis"))
+    if tp_problem is not None:
+      problems.append(tp_problem.message[:-1] + " (or pass --engine_tp).")
   resolved = None
   if trainer_hosts is not None and counts.rollout_hosts is not None:
     try:
       resolved = dataclasses.replace(
           options, trainer_hosts=trainer_hosts,
           rollout_hosts=counts.rollout_hosts,
-          max_staleness=options.staleness(agentic=pipeline.agentic))
+          max_staleness=options.staleness(agentic=pipeline.agentic),
+          engine_tp=engine_tp)
     except ValueError as e:
       problems.append(str(e))
   if resolved is not None:
@@ -409,7 +431,7 @@ class CliSource:
 
   @property
   def engine_tp(self) -> int:
-    return self.options.engine_tp
+    return self.options.tp()
 
   @property
   def cache_size(self) -> int:

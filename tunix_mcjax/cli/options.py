@@ -89,7 +89,8 @@ class CliOptions:
     heartbeat_timeout_s: mcjax and mcjax_da only: jax.distributed's
       heartbeat limit; None: JAX's default.
     engine_tp: mcjax only: devices of a host per engine replica
-      (`McJaxOptions.engine_tp`; `rules.engine_tp`).
+      (`McJaxOptions.engine_tp`; `rules.engine_tp`). None: 1, and under
+      mcjax_da the size of the rollout mesh's tp axis (`cli.disaggregated.plan`).
   """
 
   backend: str = DEFAULT_BACKEND
@@ -114,7 +115,7 @@ class CliOptions:
   transfer_guard: str = "allow"
   step_timeout_s: float = step_watchdog.DEFAULT_STEP_TIMEOUT_S
   heartbeat_timeout_s: int | None = None
-  engine_tp: int = 1
+  engine_tp: int | None = None
 
   def __post_init__(self):
     from tunix_mcjax import transfers  # pylint: disable=g-import-not-at-top
@@ -166,7 +167,7 @@ class CliOptions:
       )
     # The engine a config names is checked with the config
     # (config_checks); an explicit --engine here.
-    problem = rules.engine_tp(self.engine_tp, backend=self.backend,
+    problem = rules.engine_tp(self.tp(), backend=self.backend,
                               engine=self.engine or "native")
     if problem is not None:
       raise ConfigError(problem.message)
@@ -213,6 +214,11 @@ class CliOptions:
   def deals_prompts(self) -> bool:
     """Whether batches go through admission (row ids, equal host shares)."""
     return self.multi_controller or self.placement_invariant_sampling
+
+  def tp(self) -> int:
+    """--engine_tp, or 1 (mcjax_da's plan resolves it from the rollout
+    mesh first)."""
+    return 1 if self.engine_tp is None else self.engine_tp
 
   def staleness(self, *, agentic: bool) -> int:
     """--max_staleness, or its default: 1, and 0 for Tunix's agentic mode,

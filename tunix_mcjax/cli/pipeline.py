@@ -462,7 +462,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         optimizations=self.options.optimizations(),
         transfer_guard=self.options.transfer_guard,
         step_timeout_s=self.options.step_timeout_s,
-        engine_tp=self.options.engine_tp,
+        engine_tp=self.options.tp(),
         checkpoint_fingerprint=self.checkpoint_fingerprint(),
         resume_step=self.options.resume_step,
     )

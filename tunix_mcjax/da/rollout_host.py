@@ -80,8 +80,10 @@ class RolloutHost:
     # over groups of source.engine_tp of them (as a colocated host's engine).
     self._mesh = runtime.local_mesh(tp=source.engine_tp)
     # The job's own model code (with its LoRA adapters, if any): the trainers'
-    # first publication then replaces its weights.
-    actor, self._tokenizer = source.build(self._mesh)
+    # first publication then replaces its weights. Built over the host's
+    # devices as one data axis (a loader may shard a dimension tp does not
+    # divide); the engine lays it out on its own mesh.
+    actor, self._tokenizer = source.build(runtime.local_mesh())
     engine_name = source.engine
     self._engine = ENGINES.get(engine_name)(
         tokenizer=self._tokenizer,
