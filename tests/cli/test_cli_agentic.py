@@ -367,10 +367,6 @@ def _training(mini=8, micro=4, logps=4, *extra):
      "with --backend=mcjax_da and --max_staleness=1 (agent turns are trained"
      " on-policy only): not supported by mcjax yet (docs/agentic.md); set"
      " --max_staleness=0."),
-    # Several updates per batch run colocated (the calc task's 2 x 2 pair).
-    (_training(mini=4), {"backend": "mcjax_da"},
-     "--backend=mcjax_da and rl_training_config.mini_batch_size=4 below"
-     " batch_size=8 (several optimizer updates per batch"),
     (("agentic_grpo_config.num_iterations=2",), {},
      "agentic_grpo_config.num_iterations=2"),
     (("agentic_grpo_config.off_policy_steps=1",), {},

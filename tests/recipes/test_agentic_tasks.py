@@ -86,10 +86,6 @@ def test_turns_stop_at_any_token_but_a_digit_letter():
     (dict(learner="agentic_grpo"), "goes with --learner=agentic_grpo"),
     (dict(learner="agentic_grpo", dataset="calc", num_iterations=2),
      "--num_iterations > 1"),
-    # Several updates per batch run colocated (test_agentic_equivalence).
-    (dict(learner="agentic_grpo", dataset="calc", batch_size=4,
-          mini_batch_size=2, backend="mcjax_da", max_staleness=0),
-     "--mini_batch_size below --batch_size with --backend=mcjax_da"),
     (dict(learner="agentic_grpo", dataset="calc", eval_every=1),
      "--eval_every"),
     # The default staleness of mcjax_da is 1.
@@ -103,6 +99,14 @@ def test_turns_stop_at_any_token_but_a_digit_letter():
 def test_unsupported_settings_are_refused_with_the_flag(flags, match):
   with pytest.raises(ValueError, match=match):
     grpo_job.GrpoJobConfig(**flags)
+
+
+def test_several_updates_per_batch_are_accepted_disaggregated():
+  # tests/test_agentic_equivalence.py's "da2" run.
+  cfg = grpo_job.GrpoJobConfig(learner="agentic_grpo", dataset="calc",
+                               batch_size=4, mini_batch_size=2,
+                               backend="mcjax_da", max_staleness=0)
+  assert cfg.mini_batch_size == 2
 
 
 @pytest.mark.parametrize("backend", ["mcjax", "mcjax_da"])

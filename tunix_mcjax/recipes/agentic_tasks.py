@@ -181,9 +181,9 @@ def toy_chat_parser(tokenizer: Any) -> Any:
   return ToyChatParser(tokenizer)
 
 
-def check_job_config(cfg: Any, *, mini: int) -> None:
+def check_job_config(cfg: Any) -> None:
   """--learner=agentic_grpo: what mcjax runs of Tunix's agentic learner
-  (`cfg`: the GrpoJobConfig; `mini`: its mini-batch size)."""
+  (`cfg`: the GrpoJobConfig)."""
   agentic, calc = cfg.learner == "agentic_grpo", cfg.dataset == "calc"
   if agentic != calc:
     raise ValueError(
@@ -203,10 +203,6 @@ def check_job_config(cfg: Any, *, mini: int) -> None:
           cfg.model != "tiny",
       f"--engine={cfg.engine}": cfg.engine not in ("native", "vanilla",
                                                    "vllm"),
-      # Several updates per batch: verified colocated (the trainer-side
-      # log-probs under the synced policy, AgentTurns.before_update).
-      "--mini_batch_size below --batch_size with --backend=mcjax_da":
-          mini != cfg.batch_size and cfg.backend == "mcjax_da",
       "--num_iterations > 1": cfg.num_iterations != 1,
       "--eval_every": cfg.eval_every is not None,
       "--max_seq_token_per_tpu": cfg.max_seq_token_per_tpu is not None,

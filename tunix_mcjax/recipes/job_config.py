@@ -517,7 +517,7 @@ class GrpoJobConfig:
     self._check_packing()
     from tunix_mcjax.recipes import agentic_tasks  # pylint: disable=g-import-not-at-top
 
-    agentic_tasks.check_job_config(self, mini=mini)
+    agentic_tasks.check_job_config(self)
     if self.backend == "mcjax":
       # O3 with accumulation: the rules admission and the cluster apply on
       # every host, checked here before any host starts.

@@ -21,7 +21,8 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
 * mcjax computes the trainer-side log-probs from the live trainer state
   until a step's first optimizer update and from a copy of the synced
   policy after it (`AgentTurns.before_update`): several updates per batch
-  run colocated (verified); `num_iterations` > 1 is not built;
+  run colocated and disaggregated (verified); `num_iterations` > 1 is not
+  built;
 * `compute_logps_micro_batch_size` must equal `train_micro_batch_size`, as
   Tunix requires; with one prompt per host Tunix computes the log-probs on
   its rollout thread, which mcjax orders with the train steps
@@ -88,11 +89,6 @@ def agentic_job(
       (backend == "mcjax_da" and max_staleness != 0,
        f"--backend=mcjax_da and --max_staleness={max_staleness} (agent"
        " turns are trained on-policy only)", "set --max_staleness=0"),
-      (mini != batch and backend == "mcjax_da",
-       f"--backend=mcjax_da and rl_training_config.mini_batch_size={mini}"
-       f" below batch_size={batch} (several optimizer updates per batch;"
-       " verified colocated only)",
-       "unset mini_batch_size or set it to batch_size"),
       (agentic.get("num_iterations", 1) != 1,
        "agentic_grpo_config.num_iterations="
        f"{agentic.get('num_iterations')} (several updates per batch)",
