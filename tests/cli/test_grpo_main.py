@@ -599,6 +599,12 @@ def test_engine_tp_is_checked_with_the_config(cli, pipeline):
   assert "--engine_tp=2 must divide the devices per host (1)" in str(e.value)
   assert cli.check_mcjax_config(pipeline("rollout_engine=mcjax:vllm",
                                          engine_tp=2), num_hosts=2) == 2
+  # A MaxText actor's native engine takes no engine tp: said here rather
+  # than inside the hosts (vLLM's does: tests/engines/test_engine_tp.py).
+  with pytest.raises(cli.ConfigError) as e:
+    cli.check_mcjax_config(pipeline("model_config.model_source=maxtext",
+                                    engine_tp=2), num_hosts=2)
+  assert "--engine_tp=2 with --trainer=maxtext" in str(e.value)
 
 
 def test_agentic_mode_is_checked_by_its_own_rules(cli, pipeline):

@@ -131,6 +131,7 @@ def check_mcjax_config(
         engine_tp, backend=pipeline.options.backend,
         engine=rules.selected_engine(pipeline.options.engine,
                                      pipeline.config),
+        trainer="maxtext" if pipeline.maxtext else "tunix",
         devices_per_host=check.devices_per_host)
     if tp_problem is not None:
       problems.append(tp_problem.message)

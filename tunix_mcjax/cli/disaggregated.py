@@ -310,6 +310,7 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
     engine_tp = _mesh_tp(rollout_shape, rollout_axes)
     tp_problem = None if engine_tp == 1 or counts is None else (
         rules.engine_tp(engine_tp, backend=options.backend, engine=engine,
+                        trainer="maxtext" if pipeline.maxtext else "tunix",
                         devices_per_host=counts.devices_per_host,
                         flag="rollout_model_config.mesh's tp axis"))
     if tp_problem is not None:
