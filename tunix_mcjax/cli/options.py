@@ -90,7 +90,8 @@ class CliOptions:
       heartbeat limit; None: JAX's default.
     engine_tp: mcjax only: devices of a host per engine replica
       (`McJaxOptions.engine_tp`; `rules.engine_tp`). None: 1, and under
-      mcjax_da the size of the rollout mesh's tp axis (`cli.disaggregated.plan`).
+      mcjax_da the size of the rollout mesh's tp axis
+      (`cli.disaggregated.plan`).
   """
 
   backend: str = DEFAULT_BACKEND

@@ -15,8 +15,8 @@
 """A host-local vLLM (PyTorch) rollout engine fed by JAX publication.
 
 `VllmEngine` runs one vLLM engine per host, its core in-process (GPU, or CPU
-for tests) behind the same `Engine` interface as the native sampler. The trainer
-stays in JAX; after every update the cluster's publication all-gathers the
+for tests), behind the same `Engine` interface as the native sampler. The
+trainer stays in JAX; after every update the cluster's publication gathers the
 FSDP state into a host-local JAX staging tree (`publication_target()`:
 Tunix's own parameter layout, replicated on the host's engine mesh), and
 `update_params` hands it to vLLM in one call:
