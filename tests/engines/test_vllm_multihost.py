@@ -20,15 +20,17 @@ host. Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`).
 1. After a GRPO training step and its publication, every host's vLLM engine
    computes from the new weights: its log-probs of fixed tokens equal the
    trainer model's (global FSDP arrays) and differ from before the step.
-2. The GRPO example with `--engine vllm` completes a few steps with a
-   learning signal: rewards vary within groups and the parameters move.
-3. Engine tp 2 (`--engine_tp=2`: each host's vLLM at tensor_parallel_size
-   2, two worker processes over its two devices) equals stock Tunix with
-   vLLM (one process x 4 devices, tp 1): the equivalence tests' job, the
-   same rollouts and rewards, losses and parameters within 1e-6. GRPO
-   trains against the trainer's log-probs, not the rollout's, so vLLM's
-   tp 2 log-probs (within 1e-5 of tp 1: tests/engines/test_vllm.py) do
-   not enter the update.
+2. One GRPO example run with `--engine vllm` on 2 hosts x 2 devices at
+   engine tp 2 (`--engine_tp=2`: each host's vLLM at tensor_parallel_size
+   2, two worker processes over its two devices), the equivalence tests'
+   job (2 steps):
+   - it completes with a learning signal: rewards vary within groups and
+     the parameters move;
+   - it equals stock Tunix with vLLM (one process x 4 devices, tp 1): the
+     same rollouts and rewards, losses and parameters within 1e-6. GRPO
+     trains against the trainer's log-probs, not the rollout's, so vLLM's
+     tp 2 log-probs (within 1e-5 of tp 1: tests/engines/test_vllm.py) do
+     not enter the update.
 """
 
 import json
@@ -70,34 +72,32 @@ def test_engines_generate_from_the_published_weights():
     assert "['final_norm']['w']" in rec["errors"]["shape"], rec["errors"]
 
 
-@pytest.fixture(scope="module")
-def grpo_run(tmp_path_factory):
-  out = tmp_path_factory.mktemp("vllm_grpo")
-  example_runs.run_example(
-      out, "--engine=vllm", "--backend=mcjax", "--num_hosts=2",
-      "--devices_per_host=2", "--steps=3", "--batch_size=4",
-      "--num_generations=4", "--max_new_tokens=6", "--seed=3",
-      "--learning_rate=1e-2",
-      # An implicit host-to-device transfer in a step after the first fails.
-      "--transfer_guard=disallow",
-  )
-  return out
+@pytest.fixture(name="tp_runs", scope="module")
+def tp_runs_fixture(shared_runs):
+  flags = (*example_runs.EQUIVALENCE_FLAGS, "--engine=vllm", "--num_hosts=2",
+           "--devices_per_host=2")
+  return {
+      "tunix": shared_runs.example(*flags, "--backend=tunix"),
+      "tp2": shared_runs.example(*flags, "--backend=mcjax", "--engine_tp=2",
+                                 "--transfer_guard=disallow"),
+  }
 
 
 @pytest.mark.e2e
-def test_grpo_with_vllm_engines_completes_with_learning_signal(grpo_run):
+def test_grpo_with_vllm_engines_completes_with_learning_signal(tp_runs):
+  grpo_run = tp_runs["tp2"]
   records = json.loads((grpo_run / "records.json").read_text())
-  assert [r["step"] for r in records] == [1, 2, 3]
+  assert [r["step"] for r in records] == [1, 2]
   for r in records:
     assert r["publish_bytes"] > 0 and r["phases"]["publish"] > 0, r
   metrics = (grpo_run / "metrics.jsonl").read_text().splitlines()
-  assert len(metrics) == 3
+  assert len(metrics) == 2
 
   hosts = [json.loads(p.read_text())
            for p in sorted(grpo_run.glob("rollouts_host*.json"))]
   assert len(hosts) == 2
   for calls in hosts:
-    assert len(calls) == 3
+    assert len(calls) == 2
   # Each host generated its own prompts.
   assert hosts[0][0]["prompts"] != hosts[1][0]["prompts"]
   # Rewards vary within at least one group (else every advantage is 0), and
@@ -112,16 +112,6 @@ def test_grpo_with_vllm_engines_completes_with_learning_signal(grpo_run):
 
   # The parameters moved away from the initial model (as the run saved it).
   example_runs.assert_parameters_moved(grpo_run)
-
-@pytest.fixture(name="tp_runs", scope="module")
-def tp_runs_fixture(shared_runs):
-  flags = (*example_runs.EQUIVALENCE_FLAGS, "--engine=vllm", "--num_hosts=2",
-           "--devices_per_host=2")
-  return {
-      "tunix": shared_runs.example(*flags, "--backend=tunix"),
-      "tp2": shared_runs.example(*flags, "--backend=mcjax", "--engine_tp=2",
-                                 "--transfer_guard=disallow"),
-  }
 
 
 @pytest.mark.e2e
