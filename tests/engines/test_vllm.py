@@ -31,12 +31,12 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import psutil
 import pytest
 from tunix.rl.rollout import base_rollout
 
@@ -379,17 +379,14 @@ def test_unsupported_head_dim_is_explained(mesh):
 def _children() -> set[int]:
   """This process's live child processes, but multiprocessing's resource
   tracker (started by the first spawn, it lives as long as this process)."""
-  me, out = os.getpid(), set()
-  for stat in glob.glob("/proc/[0-9]*/stat"):
-    pid = stat.split("/")[2]
+  out = set()
+  for child in psutil.Process().children():
     try:
-      fields = open(stat).read().rsplit(")", 1)[1].split()
-      cmdline = open(f"/proc/{pid}/cmdline").read()
-    except OSError:
-      continue
-    if (int(fields[1]) == me and fields[0] != "Z"
-        and "resource_tracker" not in cmdline):
-      out.add(int(pid))
+      if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in (
+          " ".join(child.cmdline())):
+        out.add(child.pid)
+    except psutil.NoSuchProcess:
+      pass
   return out
 
 
@@ -496,19 +493,14 @@ def test_tp2_workers_end_with_a_killed_host():
     line = proc.stdout.readline()
     assert line.startswith("READY "), line
     engine_dir = line.split()[1]
-    workers = {int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/stat")
-               if open(p).read().rsplit(")", 1)[1].split()[1] == str(
-                   proc.pid) and "VLLM::Worker" in open(
-                       p.replace("stat", "cmdline")).read()}
+    workers = [c for c in psutil.Process(proc.pid).children()
+               if "VLLM::Worker" in " ".join(c.cmdline())]
     assert len(workers) == 2, workers
   finally:
     proc.kill()
     proc.wait()
-  deadline = time.monotonic() + 60
-  while time.monotonic() < deadline and any(
-      os.path.exists(f"/proc/{p}") for p in workers):
-    time.sleep(0.5)
-  assert not [p for p in workers if os.path.exists(f"/proc/{p}")]
+  _, alive = psutil.wait_procs(workers, timeout=60)
+  assert not alive, alive
   assert os.path.isdir(engine_dir)  # SIGKILL ran no clean-up ...
   temp_dirs.sweep()  # ... which the next engine's start does.
   assert not os.path.exists(engine_dir)

@@ -306,7 +306,8 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
   engine_tp = options.engine_tp
   if engine_tp is None:
     # Tunix's rollout mesh: its tp axis is each rollout engine's tensor
-    # parallelism (vLLM's tensor_parallel_size), its other axes replicas.
+    # parallelism (vLLM's tensor_parallel_size); its size / devices per host
+    # is the rollout hosts (`map_hosts`).
     engine_tp = _mesh_tp(rollout_shape, rollout_axes)
     tp_problem = None if engine_tp == 1 or counts is None else (
         rules.engine_tp(engine_tp, backend=options.backend, engine=engine,
