@@ -32,14 +32,14 @@ def _stats():
   return ledger_lib.BatchStats(digest="d", prompt_tokens=-1)
 
 
-def _turns(first_step=0, batches=((10, 11), (20, 21))):
+def _turns(first_step=0, batches=((10, 11), (20, 21)), lag=None):
   """A host's ledger with `batches` (global prompt indices) admitted."""
   train, evaluation = ledger_lib.StepLedger(), ledger_lib.StepLedger()
   for prompts in batches:
     train.record_batch(prompts, G, stats=_stats(), admission_s=0.0)
   row_ids = admission.TrainEvalRowIds(train, evaluation)
   return train, row_ids, agent_turns.AgentTurns(
-      train, row_ids, first_step=first_step)
+      train, row_ids, first_step=first_step, lag=lag)
 
 
 def _engine(row_ids, calls=None, length=6):
@@ -279,3 +279,144 @@ def test_a_train_step_that_never_comes_is_an_error(monkeypatch):
   t.start()
   t.join(timeout=10)
   assert errors and "waited 0 s for the updates of the 1 groups" in errors[0]
+
+
+# --- off-policy (mcjax_da, lag K = off_policy_steps) -----------------------
+
+
+def _pinned_engine(turns, row_ids, seen):
+  """The engine, recording the (policy version, batch step) each call's
+  turns are pinned to, as the DA engine reads them."""
+  engine = _engine(row_ids)
+
+  def run(prompts, budget):
+    seen.append(turns.current_turns())
+    return engine(prompts, budget)
+
+  return run
+
+
+@pytest.mark.parametrize("first_step,lag,versions", [
+    (0, 1, [(0, 0), (0, 1), (1, 2)]),
+    (0, 0, [(0, 0), (1, 1), (2, 2)]),
+    (0, 2, [(0, 0), (0, 1), (0, 2)]),
+    (4, 1, [(4, 4), (4, 5), (5, 6)]),  # Resumed at step 4.
+])
+def test_turns_are_pinned_to_their_batch_policy(first_step, lag, versions):
+  batches = ((10, 11), (20, 21), (30, 31))
+  _, row_ids, turns = _turns(first_step, batches, lag=lag)
+  turns.observe_groups()
+  seen = []
+  run = _pinned_engine(turns, row_ids, seen)
+  for batch in range(3):
+    for group in range(2):
+      g = (first_step + batch) * 2 + group
+      for pair in range(G):
+        _turn(turns, run, g, pair)
+    for _ in range(2):
+      turns.group_done()
+  assert seen[::4] == versions
+  assert turns.current_turns() is None  # Outside an engine call.
+
+
+def test_colocated_turns_are_not_pinned():
+  _, row_ids, turns = _turns()
+  seen = []
+  _turn(turns, _pinned_engine(turns, row_ids, seen), 0, 0)
+  assert seen == [None]
+
+
+def test_next_batch_agents_wait_for_the_groups_before_them():
+  """Off-policy, batch 1's first turns start once both of batch 0's groups
+  ended (the learner's producer reports them); later turns of batch 0's
+  agents do not wait."""
+  _, row_ids, turns = _turns(lag=1)
+  turns.observe_groups()
+  run, started = _engine(row_ids), threading.Event()
+  _turn(turns, run, 0, 0)
+  results = []
+
+  def next_batch_agent():
+    started.set()
+    results.append(_turn(turns, run, 2, 0).tokens[0][:2].tolist())
+
+  t = threading.Thread(target=next_batch_agent)
+  t.start()
+  assert started.wait(10)
+  # Batch 0's agent takes its second turn meanwhile.
+  assert _turn(turns, run, 0, 0).tokens[0][:2].tolist() == [10, 2]
+  turns.group_done()
+  time.sleep(0.2)
+  assert not results  # One group of two ended: still waiting.
+  turns.group_done()
+  t.join(10)
+  assert results == [[20, 0]]
+
+
+def test_a_learner_that_does_not_report_groups_is_an_error():
+  _, row_ids, turns = _turns(lag=1)
+  with pytest.raises(RuntimeError, match="compat.agentic_learner"):
+    _turn(turns, _engine(row_ids), 2, 0)
+
+
+def test_held_agents_time_out_with_a_clear_error(monkeypatch):
+  _, row_ids, turns = _turns(lag=1)
+  turns.observe_groups()
+  monkeypatch.setattr(agent_turns, "ORDER_TIMEOUT_S", 0.2)
+  with pytest.raises(RuntimeError, match="for the 2 groups before it"):
+    _turn(turns, _engine(row_ids), 2, 0)
+
+
+def test_turns_of_two_policies_never_share_an_engine_call():
+  _, row_ids, turns = _turns(batches=(tuple(range(8)), tuple(range(8, 16))),
+                             lag=0)
+  calls, release, seen = [], threading.Event(), []
+  engine = _engine(row_ids, calls)
+
+  def run(prompts, budget):
+    seen.append(turns.current_turns())
+    if not calls:
+      assert release.wait(30)
+    return engine(prompts, budget)
+
+  def agent(group):
+    _turn(turns, run, group, 0)
+
+  first = threading.Thread(target=agent, args=(0,))
+  first.start()
+  _wait_until(lambda: turns._busy)  # pylint: disable=protected-access
+  # Step 0's group 1 and step 1's groups 8, 9 wait together (at lag 0
+  # step 1 runs on version 1).
+  others = [threading.Thread(target=agent, args=(g,)) for g in (1, 8, 9)]
+  for t in others:
+    t.start()
+  _wait_until(lambda: len(turns._pending) == 3)  # pylint: disable=protected-access
+  release.set()
+  for t in [first, *others]:
+    t.join(30)
+  assert sorted(seen) == [(0, 0), (0, 0), (1, 1)]
+  assert sorted(n for n, _ in calls) == [1, 1, 2]
+
+
+def test_off_policy_log_probs_also_wait_for_the_weight_sync():
+  """A group of the next batch ending before the last update's weight sync
+  waits for it: every host issues T S L."""
+  _, _, turns = _turns(lag=1)
+  events = []
+
+  def rollout_thread():
+    for group in range(3):
+      turns.order_logps(_Config(2))
+      events.append(f"L{group}")
+
+  t = threading.Thread(target=rollout_thread)
+  t.start()
+  _wait_until(lambda: len(events) == 2)
+  events.append("T")
+  turns.trained([_Example(2)])
+  time.sleep(0.2)
+  assert events == ["L0", "L1", "T"]  # Trained, not synced yet.
+  events.append("S")
+  turns.synced()
+  t.join(10)
+  assert events == ["L0", "L1", "T", "S", "L2"]

@@ -50,6 +50,11 @@ bit-identical, 2026-12-06), and every step trained on-policy turns.
 time) disaggregated, the agents on the 2 trainer hosts x 2 devices of the
 colocated 2 x 2 run, their turns on 2 rollout hosts: against the same stock
 run, trajectories exactly, losses and parameters within 1e-6, on-policy.
+"da_k1" runs them off-policy (`--max_staleness=1`, Tunix's
+`off_policy_steps`, 3 steps) with 16 concurrent agents: the schedule
+(each step its own batch, steps 2 and 3 one policy version stale),
+step 1's conversations equal stock's, and Tunix's sampler-trainer and
+importance-weight metrics show the stale policy and its correction.
 
 Resume: the 2-host mcjax run checkpoints every step; the same job resumed
 from its step-1 checkpoint (`--resume_step` on a copy; checkpoints are
@@ -110,6 +115,14 @@ _RUNS = {
     "da2": (*_TWO_HOSTS, "--backend=mcjax_da", "--trainer_hosts=2",
             "--rollout_hosts=2", "--devices_per_host=2", "--max_staleness=0",
             "--transfer_guard=disallow"),
+    # Off-policy: max_staleness 1 (Tunix's off_policy_steps, with its
+    # token-level importance weights), 3 steps of the 2 x 2 flags with
+    # Tunix's default 16 concurrent agents, on "da2"'s hosts.
+    "da_k1": (*(f for f in _TWO_HOSTS
+                if f not in ("--steps=2", "--max_concurrency=1")),
+              "--steps=3", "--backend=mcjax_da", "--trainer_hosts=2",
+              "--rollout_hosts=2", "--devices_per_host=2",
+              "--max_staleness=1", "--transfer_guard=disallow"),
 }
 # Which stock run each mcjax run is compared with.
 _REFERENCE = {"mcjax2": "tunix2", "mcjax3": "tunix3", "da": "tunix3",
@@ -179,6 +192,43 @@ def test_disaggregated_turns_are_on_policy(runs, run):
   assert [(r["policy_version"], r["staleness"]) for r in records] == [
       (0, 0), (1, 0)]
   assert all(r["rollout_generate_s"] > 0 for r in records)
+
+
+def test_off_policy_steps_train_their_own_batch_on_the_stale_policy(runs):
+  got = runs["da_k1"]
+  records = json.loads((got / "records.json").read_text())
+  # Batch 2 generated with policy version 0 while step 1 trained, batch 3
+  # with version 1 while step 2 trained (the stalest the bound allows).
+  assert [(r["policy_version"], r["staleness"]) for r in records] == [
+      (0, 0), (0, 1), (1, 1)]
+  rows = _trajectories(got)
+  assert [(r["prompt_index"], r["pair"]) for r in rows] == [
+      (p, s) for p in range(24) for s in range(2)]
+  # Step 1 (policy 0 in both) samples the stock run's conversations.
+  assert rows[:16] == _trajectories(runs["tunix2"])[:16]
+  # Each step trained exactly its own batch on every host: its reward is
+  # the mean of its batch's trajectories, though 16 agents ran at a time
+  # and the next batch was generated while it trained.
+  for k, record in enumerate(records):
+    np.testing.assert_allclose(
+        record["reward_mean"],
+        np.mean([r["reward"] for r in rows[k * 16:(k + 1) * 16]]),
+        rtol=1e-6)
+  # Tunix's sampler-trainer diagnostics: the turns of steps 2 and 3 were
+  # sampled by the policy before the one trained (log-probs far apart),
+  # step 1's by the same; Tunix's token weights correct them, capped at
+  # --is_cap (2).
+  metrics = [m["metrics"] for m in json.loads(
+      (got / "learner_metrics.json").read_text())
+             if "sampler_trainer/logp_diff_max" in m["metrics"]]
+  assert len(metrics) == 3
+  diffs = [m["sampler_trainer/logp_diff_max"] for m in metrics]
+  assert diffs[0] < 1e-5 and min(diffs[1:]) > 1e-2, diffs
+  assert abs(metrics[0]["sampler_is/weight_mean"] - 1) < 1e-4
+  for m in metrics[1:]:
+    assert abs(m["sampler_is/weight_mean"] - 1) > 1e-3, m
+    assert 1 < m["sampler_is/weight_max"] <= 2.0, m
+  example_runs.assert_parameters_moved(got)
 
 
 def test_resumed_job_trains_as_the_uninterrupted_one(runs, tmp_path):

@@ -43,6 +43,19 @@ train steps differently on every host; `AgentTurns.order_logps` then holds
 a group's log-probs until the updates before its micro-batch are done, so
 every host issues L1 .. Lm T1 Lm+1 .. (m groups per update), whatever order
 its agents finish in.
+
+Off-policy (mcjax_da, `lag` K = Tunix's `off_policy_steps` >= 1): Tunix's
+producer generates the next K batches while its consumer trains, and which
+policy each episode gets, and which batch each step trains, would depend on
+timing, differently on every host. mcjax fixes both: every turn of batch b
+runs on policy version max(first step, b - K) (`current_turns` tells the
+engine), the stalest the bound allows and the one published when Tunix
+hands the producer batch b; and a batch's agents start only once every
+group of the batch before has ended (`group_done`, which the learner's
+producer reports: `compat.agentic_learner`), so each step trains exactly
+its own batch, at staleness min(K, b - first step). A group's log-probs on
+the rollout thread then also wait for the weight sync before their step
+(`synced`).
 """
 
 from __future__ import annotations
@@ -76,14 +89,22 @@ class AgentTurns:
   (`first_step`: the global step of the ledger's first batch, i.e. the
   resumed step). An agent's first turn takes its row from the ledger (so a
   step closes only when every admitted row was generated); turn t keys its
-  noise as sample `pair + G x t`.
+  noise as sample `pair + G x t`. `lag`: None, or the off-policy bound K
+  whose schedule it fixes (module doc).
   """
 
   def __init__(self, ledger: ledger_lib.StepLedger, fixed_ids: Any, *,
-               first_step: int):
+               first_step: int, lag: int | None = None):
     self._ledger = ledger
     self._fixed_ids = fixed_ids
     self._first_step = int(first_step)
+    self._lag = lag
+    # The (policy version, batch step) of the turns this thread generates.
+    self._local = threading.local()
+    # Groups the learner's producer finished, and whether it reports them.
+    self._groups = threading.Condition()
+    self._groups_done = 0
+    self._observed = False
     self._turns: dict[tuple[int, int], int] = {}
     # Turns waiting for the engine, and whether a thread is running a batch.
     self._ready = threading.Condition()
@@ -93,6 +114,7 @@ class AgentTurns:
     self._order = threading.Condition()
     self._logps_groups = 0
     self._trained_groups = 0
+    self._syncs = 0  # Weight syncs since the first step.
     # The policy of the last weight sync when a step takes several
     # optimizer updates (`before_update`), and that sync's update count.
     self._anchor: Any = None
@@ -126,24 +148,36 @@ class AgentTurns:
           " Tunix's agentic learner sends one, and mcjax keys each turn's"
           " sampling by its agent.")
     with self._ready:
-      turn = _Turn(
-          prompt=prompts if isinstance(prompts, str) else prompts[0],
-          ids=self._identity(int(trace_tags[GROUP_ID]),
-                             int(trace_tags[PAIR_INDEX])),
-          budget=max_generation_steps)
+      ids, step, first_turn = self._identity(int(trace_tags[GROUP_ID]),
+                                             int(trace_tags[PAIR_INDEX]))
+    if first_turn:
+      self._hold(step)
+    turn = _Turn(
+        prompt=prompts if isinstance(prompts, str) else prompts[0],
+        ids=ids, budget=max_generation_steps, step=step,
+        version=(None if self._lag is None
+                 else max(self._first_step, step - self._lag)))
+    with self._ready:
       self._pending.append(turn)
       while not turn.done:
         if self._busy:
           self._ready.wait()
           continue
-        # This thread runs every pending turn (its own among them).
-        batch, self._pending, self._busy = self._pending, [], True
+        # This thread runs the pending turns of the first one's policy
+        # version and batch (its own among them, or next time round).
+        key = (self._pending[0].version, self._pending[0].step)
+        batch = [t for t in self._pending if (t.version, t.step) == key]
+        self._pending = [t for t in self._pending
+                         if (t.version, t.step) != key]
+        self._busy = True
         self._ready.release()
         try:
+          self._local.turns = key if self._lag is not None else None
           outs, error = _run_batch(batch, run, self._fixed_ids, decode), None
         except BaseException as e:  # pylint: disable=broad-except
           outs, error = [None] * len(batch), e
         finally:
+          self._local.turns = None
           self._ready.acquire()
           self._busy = False
         for t, out in zip(batch, outs):
@@ -152,6 +186,53 @@ class AgentTurns:
     if turn.error is not None:
       raise turn.error
     return turn.out
+
+  @property
+  def first_step(self) -> int:
+    """The global step of the first batch (the resumed step)."""
+    return self._first_step
+
+  def current_turns(self) -> tuple[int, int] | None:
+    """While this thread generates pinned agent turns (`lag` given): their
+    (policy version, batch step); else None."""
+    return getattr(self._local, "turns", None)
+
+  def observe_groups(self) -> None:
+    """The learner's producer reports each finished group (`group_done`)."""
+    self._observed = True
+
+  def group_done(self) -> None:
+    """The learner's producer finished a group (all G episodes)."""
+    with self._groups:
+      self._groups_done += 1
+      self._groups.notify_all()
+
+  def synced(self) -> None:
+    """A weight sync (the publication of a step's update) is done."""
+    with self._order:
+      self._syncs += 1
+      self._order.notify_all()
+
+  def _hold(self, step: int) -> None:
+    """Off-policy: the first turn of an agent of batch `step` waits until
+    every group of the batches before has ended (module doc)."""
+    batch = step - self._first_step
+    if not self._lag or batch <= 0:
+      return  # On-policy, Tunix hands over a batch after the last one.
+    if not self._observed:
+      raise RuntimeError(
+          "Agentic GRPO with off_policy_steps >= 1 under mcjax_da needs"
+          " Tunix's agentic learner built as"
+          " tunix_mcjax.compat.agentic_learner.learner_class(), which"
+          " reports each finished trajectory group to the cluster.")
+    need = batch * self._prompts()
+    with self._groups:
+      if not self._groups.wait_for(lambda: self._groups_done >= need,
+                                   timeout=ORDER_TIMEOUT_S):
+        raise RuntimeError(
+            f"An agent of batch {step} waited {ORDER_TIMEOUT_S:.0f} s for"
+            f" the {need} groups before it to end ({self._groups_done}"
+            " ended): the learner's producer stopped.")
 
   def order_logps(self, training_config: Any) -> None:
     """Where the learner asks for a group's trainer-side log-probs (its
@@ -168,13 +249,18 @@ class AgentTurns:
     with self._order:
       group, self._logps_groups = self._logps_groups, self._logps_groups + 1
       before = group - group % per_update
-      if not self._order.wait_for(lambda: self._trained_groups >= before,
-                                  timeout=ORDER_TIMEOUT_S):
+      # Off-policy, a group of the next batch may end before the weight
+      # sync after the last update: it waits for that sync too.
+      syncs = before // self._prompts() if self._lag else 0
+      if not self._order.wait_for(
+          lambda: self._trained_groups >= before and self._syncs >= syncs,
+          timeout=ORDER_TIMEOUT_S):
         raise RuntimeError(
             f"The log-probs of this host's group {group} waited"
             f" {ORDER_TIMEOUT_S:.0f} s for the updates of the"
-            f" {before} groups before it ({self._trained_groups} trained):"
-            " the learner's train step did not run.")
+            f" {before} groups before it ({self._trained_groups} trained,"
+            f" {self._syncs} of {syncs} weight syncs): the learner's train"
+            " step did not run.")
 
   def trained(self, train_ds: Any) -> None:
     """An update over `train_ds` (this host's examples) is done."""
@@ -249,7 +335,9 @@ class AgentTurns:
     return (entries[0].row_ids.shape[0] // self._num_generations()
             if entries else 1)
 
-  def _identity(self, group: int, pair: int) -> np.ndarray:
+  def _identity(self, group: int, pair: int) -> tuple[np.ndarray, int, bool]:
+    """The turn's row identity, its batch's global step, and whether it is
+    the agent's first turn."""
     entries = self._ledger.entries
     if not entries:
       raise RuntimeError(
@@ -278,7 +366,7 @@ class AgentTurns:
     # Agents of closed batches take no more turns.
     for old in [k for k in self._turns if k[0] < group - 4 * prompts]:
       del self._turns[old]
-    return row[None, :]
+    return row[None, :], step, turn == 0
 
 
 @dataclasses.dataclass
@@ -288,6 +376,8 @@ class _Turn:
   prompt: str
   ids: np.ndarray
   budget: int | None
+  step: int  # The global step of its batch.
+  version: int | None  # The policy version it is pinned to (off-policy).
   out: Any = None
   error: BaseException | None = None
   done: bool = False

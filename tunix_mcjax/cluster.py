@@ -35,12 +35,9 @@ slowest host's phases and the straggler waits. Admission and the engine meet
 in an `admission.StepLedger`: admission records each batch's rows, the engine
 takes their identities, and each step end closes one batch.
 
-The host-side optimizations O1-O4 (`host_optimizations.HostOptimizations`)
-are switched in `McJaxOptions.optimizations`.
-
-Beside this module: the options and what they decide (`cluster_options`),
-this host's rows as global arrays (`global_rows`) and what is published into
-the engine (`engine_weights`).
+Host-side optimizations O1-O4: `McJaxOptions.optimizations`. Beside this
+module: the options (`cluster_options`), this host's rows as global arrays
+(`global_rows`), what is published into the engine (`engine_weights`).
 """
 
 from __future__ import annotations
@@ -95,6 +92,8 @@ class McJaxRLCluster(compat.RLCluster):
 
   # The step records' `backend`.
   backend_name = "mcjax"
+  # Off-policy bound that agent turns are pinned to (mcjax_da: agent_turns).
+  agent_turn_lag: int | None = None
 
   def __init__(
       self,
@@ -219,7 +218,8 @@ class McJaxRLCluster(compat.RLCluster):
       self.global_steps = self.checkpoints.resume(
           self.actor_trainer, self._publish_restored)
     self.agent_turns = agent_turns.AgentTurns(
-        self.ledger, self._row_ids, first_step=self.global_steps)
+        self.ledger, self._row_ids, first_step=self.global_steps,
+        lag=self.agent_turn_lag)
     self._updates_at_sync = self.actor_trainer.train_steps
     opts = self.options.optimizations
     self.exporter = host_optimizations.MetricsExporter(
@@ -286,14 +286,12 @@ class McJaxRLCluster(compat.RLCluster):
 
   @property
   def row_ids(self) -> admission_lib.TrainEvalRowIds:
-    """The engine's row-id source (`RowIdSource`): the training ledger, or
-    the evaluation ledger during evaluation generate calls."""
+    """The engine's row-id source: the training or evaluation ledger."""
     return self._row_ids
 
   @property
   def step_clock(self) -> telemetry.StepClock:
-    """This host's clock of the current step (e.g. for
-    `telemetry.timed_reward_fns`)."""
+    """This host's clock of the current step (`timed_reward_fns`)."""
     return self.telemetry.clock
 
   @property
@@ -421,10 +419,13 @@ class McJaxRLCluster(compat.RLCluster):
                     trace_tags=trace_tags,
                     max_generation_steps=max_generation_steps)
       if mode == Mode.TRAIN:
+        # Agent turns generated ahead (off-policy) count in their step.
+        turns = self.agent_turns.current_turns()
         self.step_clock.add_generation(telemetry.generation_stats(
             out, micro_batch_size=micro_batch_size, max_tokens=(
                 max_generation_steps
-                or self.get_rollout_config(mode).max_tokens_to_generate)))
+                or self.get_rollout_config(mode).max_tokens_to_generate)),
+            step=turns and turns[1] + 1)  # Records number steps from 1.
       return out
 
     # Tunix's agentic learner: one conversation per call, from its threads.

@@ -62,6 +62,8 @@ import numpy as np
 import pytest
 import yaml
 
+from tunix_mcjax import rules
+
 import base_config_fixture
 import cli_runs
 import example_runs
@@ -351,6 +353,18 @@ def test_agentic_config_passes(cli, agentic_pipeline):
   assert cli.check_mcjax_config(parsed, num_hosts=2) == 2
 
 
+@pytest.mark.parametrize("flag", [None, 1])
+def test_disaggregated_staleness_is_tunix_off_policy_steps(
+    cli, agentic_pipeline, flag):
+  parsed = agentic_pipeline("agentic_grpo_config.off_policy_steps=1",
+                            backend="mcjax_da", max_staleness=flag)
+  # mcjax_da's default staleness in agentic mode is the config's bound.
+  assert parsed.off_policy_steps == 1
+  assert parsed.options.staleness(off_policy_steps=1) == 1
+  assert rules.agentic_job(parsed.config, backend="mcjax_da",
+                           engine="native", max_staleness=1) == []
+
+
 # Every override of rl_training_config replaces the whole section (a Tunix
 # "replace key"), so these restate the keys the rule reads.
 def _training(mini=8, micro=4, logps=4, *extra):
@@ -362,15 +376,18 @@ def _training(mini=8, micro=4, logps=4, *extra):
 
 
 @pytest.mark.parametrize("overrides, options, message", [
-    # Agentic mode defaults to 0 under mcjax_da (the "da" run); 1 is refused.
+    # Under mcjax_da the staleness bound is Tunix's off_policy_steps (the
+    # "da" run: 0 by default); a --max_staleness that disagrees is refused.
     ((), {"backend": "mcjax_da", "max_staleness": 1},
-     "with --backend=mcjax_da and --max_staleness=1 (agent turns are trained"
-     " on-policy only): not supported by mcjax yet (docs/agentic.md); set"
-     " --max_staleness=0."),
+     "with --backend=mcjax_da, --max_staleness=1 and"
+     " agentic_grpo_config.off_policy_steps=0 (Tunix's bound on agent turns'"
+     " staleness): not supported by mcjax yet (docs/agentic.md); set"
+     " off_policy_steps=1, or drop --max_staleness."),
     (("agentic_grpo_config.num_iterations=2",), {},
      "agentic_grpo_config.num_iterations=2"),
+    # Colocated, the producer cannot run ahead.
     (("agentic_grpo_config.off_policy_steps=1",), {},
-     "agentic_grpo_config.off_policy_steps=1"),
+     "with agentic_grpo_config.off_policy_steps=1 on the colocated backend"),
     ((), {"run_eval": True}, "with --run_eval"),
     (("actor_model_config.lora_config.rank=8",), {},
      "with actor_model_config.lora_config"),

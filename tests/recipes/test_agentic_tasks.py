@@ -88,9 +88,6 @@ def test_turns_stop_at_any_token_but_a_digit_letter():
      "--num_iterations > 1"),
     (dict(learner="agentic_grpo", dataset="calc", eval_every=1),
      "--eval_every"),
-    # The default staleness of mcjax_da is 1.
-    (dict(learner="agentic_grpo", dataset="calc", backend="mcjax_da"),
-     r"--backend=mcjax_da with --max_staleness >= 1 \(set --max_staleness=0"),
     # vLLM on CPU/GPU runs (tests/engines/test_vllm_agentic.py); on TPU not
     # yet.
     (dict(learner="agentic_grpo", dataset="calc", engine="vllm_tpu"),
@@ -125,7 +122,10 @@ def test_per_host_micro_batch_of_one_is_accepted(backend):
     grpo_job.check_job(cfg, num_hosts=4, devices_per_host=1)
 
 
-def test_disaggregated_on_policy_is_accepted():
+@pytest.mark.parametrize("staleness", [0, 1, 2])
+def test_disaggregated_at_any_staleness_is_accepted(staleness):
+  # The learner's off_policy_steps (tests/test_agentic_equivalence.py's
+  # "da_k1" run).
   cfg = grpo_job.GrpoJobConfig(learner="agentic_grpo", dataset="calc",
-                               backend="mcjax_da", max_staleness=0)
-  assert cfg.da_options().max_staleness == 0
+                               backend="mcjax_da", max_staleness=staleness)
+  assert cfg.da_options().max_staleness == staleness

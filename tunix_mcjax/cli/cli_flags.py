@@ -102,8 +102,8 @@ ROLLOUT_HOSTS = _job_flag(
     "rollout_hosts", "Default: the size of rollout_model_config.mesh /"
     " --devices_per_host (needed when the rollout has no mesh of its own).")
 MAX_STALENESS = _job_flag(
-    "max_staleness", "Default: 1, and 0 with training_mode=agentic_grpo"
-    " (agent turns train on-policy only).")
+    "max_staleness", "Default: 1, and with training_mode=agentic_grpo"
+    " the config's agentic_grpo_config.off_policy_steps (Tunix's bound).")
 IS_CAP = _job_flag("is_cap")
 RESUME_STEP = _job_flag(
     "resume_step", "Here the checkpoint directory is"

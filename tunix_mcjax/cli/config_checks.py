@@ -118,7 +118,8 @@ def check_mcjax_config(
       backend=pipeline.options.backend,
       run_eval=pipeline.options.run_eval,
       resume_step=pipeline.options.resume_step,
-      max_staleness=pipeline.options.staleness(agentic=pipeline.agentic),
+      max_staleness=pipeline.options.staleness(
+          off_policy_steps=pipeline.off_policy_steps),
   )
   problems = [*unreadable, *check.problems,
               *data.missing_local_inputs(pipeline.config),

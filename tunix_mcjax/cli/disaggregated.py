@@ -322,7 +322,8 @@ def plan(pipeline: Any, *, devices_per_host: int | None) -> Plan:
       resolved = dataclasses.replace(
           options, trainer_hosts=trainer_hosts,
           rollout_hosts=counts.rollout_hosts,
-          max_staleness=options.staleness(agentic=pipeline.agentic),
+          max_staleness=options.staleness(
+              off_policy_steps=pipeline.off_policy_steps),
           engine_tp=engine_tp)
     except ValueError as e:
       problems.append(str(e))

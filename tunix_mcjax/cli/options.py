@@ -73,8 +73,8 @@ class CliOptions:
       processes; None: from the actor and rollout meshes
       (`cli.disaggregated.plan`).
     max_staleness, is_cap: mcjax_da only: `da.options.DaOptions`'s;
-      max_staleness None: 1, or 0 in training_mode=agentic_grpo (agent
-      turns train on-policy; `staleness`), resolved by
+      max_staleness None: 1, or in training_mode=agentic_grpo the config's
+      agentic_grpo_config.off_policy_steps (`staleness`), resolved by
       `cli.disaggregated.plan`.
     resume_step: mcjax and mcjax_da only: resume from the complete
       checkpoint of this step under `checkpoint_root_directory` instead of
@@ -195,7 +195,7 @@ class CliOptions:
         self.da_options(trainer_hosts=self.trainer_hosts or 1,
                         rollout_hosts=self.rollout_hosts or
                         (self.trainer_hosts or 1),
-                        max_staleness=self.staleness(agentic=False))
+                        max_staleness=self.staleness(off_policy_steps=None))
       except ValueError as e:
         raise ConfigError(str(e)) from e
 
@@ -221,12 +221,13 @@ class CliOptions:
     mesh first)."""
     return 1 if self.engine_tp is None else self.engine_tp
 
-  def staleness(self, *, agentic: bool) -> int:
-    """--max_staleness, or its default: 1, and 0 for Tunix's agentic mode,
-    which mcjax_da runs on-policy only."""
+  def staleness(self, *, off_policy_steps: int | None) -> int:
+    """--max_staleness, or its default: 1, and in Tunix's agentic mode
+    (`off_policy_steps` not None) the config's off_policy_steps, Tunix's
+    own bound on agent turns' staleness."""
     if self.max_staleness is not None:
       return self.max_staleness
-    return 0 if agentic else 1
+    return 1 if off_policy_steps is None else off_policy_steps
 
   def da_options(self, **overrides: Any) -> Any:
     """mcjax_da: the `DaOptions` of these options (host counts and the

@@ -62,6 +62,7 @@ from tunix_mcjax.cli import data
 from tunix_mcjax.cli import maxtext_actor
 from tunix_mcjax.cli.options import CliOptions
 from tunix_mcjax.cli.options import ConfigError
+from tunix_mcjax.compat import agentic_learner
 from tunix_mcjax.compat import tunix_cli
 from tunix_mcjax.telemetry import stock as telemetry_stock
 
@@ -111,6 +112,14 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
   def agentic(self) -> bool:
     """Whether the config runs Tunix's agentic GRPO learner."""
     return self.config.get("training_mode", "grpo") == rules.AGENTIC_MODE
+
+  @property
+  def off_policy_steps(self) -> int | None:
+    """Agentic mode: Tunix's agentic_grpo_config.off_policy_steps (its
+    staleness bound, mcjax_da's max_staleness); else None."""
+    if not self.agentic:
+      return None
+    return int(self._learner_config().get("off_policy_steps", 0))
 
   @property
   def maxtext(self) -> bool:
@@ -389,6 +398,10 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     ), (
         tunix_cli.learner_with_eval(_LazyIterable(lambda: self._eval_ds))
         if self.options.run_eval else contextlib.nullcontext()
+    ), (
+        # Reports finished groups (mcjax_da's off-policy schedule).
+        agentic_learner.rebound() if self.agentic
+        else contextlib.nullcontext()
     ):
       return super().run_grpo_trainer()
 
@@ -493,7 +506,8 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
       # The off-policy correction's settings, as the example's fingerprint
       # (absent from a colocated run's checkpoint, which a K = 0 run may
       # resume: the same numbers).
-      da = {"max_staleness": self.options.staleness(agentic=self.agentic),
+      da = {"max_staleness": self.options.staleness(
+                off_policy_steps=self.off_policy_steps),
             "is_cap": self.options.is_cap}
     return {
         **da,

@@ -34,6 +34,8 @@ Submodules, by upstream area:
 - `chunked_logps`: per-token log-probs over sequence chunks, without the
   full [B, T, vocab] logits, while a job with `logps_chunk_size` runs.
 - `tunix_cli`: the names of Tunix's GRPO CLI that `tunix_mcjax.cli` rebinds.
+- `agentic_learner`: Tunix's agentic learner, reporting each finished
+  trajectory group to the cluster (mcjax_da's off-policy schedule).
 - `metric_keys`: metric names Tunix writes as string literals.
 - `versions`: differences between the supported JAX versions.
 - `touch_points` (the table) and `reaches` (the check that nothing outside

@@ -203,6 +203,30 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         wrapper="compat.metric_keys.AGENTIC_COMPLETION_LEN_MEAN",
         why="the agentic learner's mean completion length (our records).",
     ),
+    # --- the agentic learner's producer (mcjax_da at off_policy_steps >= 1) --
+    TouchPoint(
+        module="tunix.rl.agentic.agentic_rl_learner",
+        attr="AgenticRLLearner._orchestrator_producer",
+        wrapper="compat.agentic_learner.learner_class",
+        why="yields each finished trajectory group: the moment the next"
+        " batch's agents may start (agent_turns' off-policy schedule).",
+    ),
+    TouchPoint(
+        module="tunix.rl.agentic.agentic_rl_learner",
+        attr="AgenticRLLearner._build_orchestrator",
+        kind="source", needle="rollout_sync_lock=self._rollout_sync_lock",
+        wrapper="compat.agentic_learner.learner_class",
+        why="the lock that holds weight syncs until no episode runs,"
+        " replaced by one that never waits where turns are pinned to"
+        " their policy version.",
+    ),
+    TouchPoint(
+        module="tunix.cli.grpo_main", attr="GrpoPipeline._run",
+        kind="source", needle="agentic_grpo_learner import GRPOLearner",
+        wrapper="compat.agentic_learner.rebound",
+        why="the agentic learner class Tunix's CLI builds, rebound to"
+        " learner_class() (imported at call time).",
+    ),
     # --- tunix.generate.sampler: the native engine's sampling step --------
     TouchPoint(
         module=_SAMPLER, attr="_SamplingState",

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Sequence
 import dataclasses
+import threading
 import time
 from typing import Any
 
@@ -89,6 +90,8 @@ class GeneratedBatch:
   weights_get_s: float
   weights_install_s: float
   reissued_rows: int
+  # Agent turns: the global step of their batch (`agent_turns`).
+  step: int | None = None
 
 
 class RolloutLink:
@@ -128,34 +131,39 @@ class RolloutLink:
     self.last_publish: dict[str, float] = {}
     # Rollout-host failures this link has recovered from, over the job.
     self.failures = 0
+    # Agent turns are submitted from the learner's threads while a
+    # publication may run on its main thread.
+    self._lock = threading.RLock()
 
-  def publish(self, version: int, flat: dict[tuple[Any, ...], np.ndarray]
-              ) -> None:
-    """One put into Ray's object store; each rollout host installs it next.
+  def publish(self, version: int, flat: dict[tuple[Any, ...], np.ndarray],
+              *, install: bool = True) -> None:
+    """One put into Ray's object store; each rollout host installs it next
+    (with `install`; else before the first request made for it).
 
     The installation is queued behind the requests a host already has, and
     checked (with the timeout) at the next publication.
     """
     import ray  # pylint: disable=g-import-not-at-top
 
-    self._check_installed()
-    t0 = time.perf_counter()
-    self._weights[version] = ray.put(flat)
-    put_s = time.perf_counter() - t0
-    for old in [v for v in self._weights
-                if v <= version - self._keep_versions]:
-      del self._weights[old]
-    for key in [k for k in self._install_log
-                if k[0] <= version - self._keep_versions]:
-      del self._install_log[key]
-    self.version = version
-    for i in range(len(self._handles)):
-      self._ensure(i, version)
-    self.last_publish = {
-        "weights_put_s": put_s,
-        "weights_bytes": float(sum(np.asarray(v).nbytes
-                                   for v in flat.values())),
-    }
+    with self._lock:
+      self._check_installed()
+      t0 = time.perf_counter()
+      self._weights[version] = ray.put(flat)
+      put_s = time.perf_counter() - t0
+      for old in [v for v in self._weights
+                  if v <= version - self._keep_versions]:
+        del self._weights[old]
+      for key in [k for k in self._install_log
+                  if k[0] <= version - self._keep_versions]:
+        del self._install_log[key]
+      self.version = version
+      for i in range(len(self._handles) if install else 0):
+        self._ensure(i, version)
+      self.last_publish = {
+          "weights_put_s": put_s,
+          "weights_bytes": float(sum(np.asarray(v).nbytes
+                                     for v in flat.values())),
+      }
 
   def _ensure(self, host: int, version: int) -> None:
     """Queues weights `version` on `host` unless it holds them already."""
@@ -193,13 +201,18 @@ class RolloutLink:
         self._installed[host] = None
 
   def submit(self, prompts: list[str], ids: np.ndarray,
-             rollout_config: Any) -> _Request:
-    """Sends the rows to the rollout hosts (split in contiguous blocks)."""
+             rollout_config: Any, version: int | None = None) -> _Request:
+    """Sends the rows to the rollout hosts (split in contiguous blocks), to
+    be generated with policy `version` (default: the last published)."""
+    if version is not None and version > self.version:
+      raise RuntimeError(
+          f"Rows asked for policy version {version}, but the last"
+          f" published is {self.version}.")
     n = len(prompts)
     bounds = np.linspace(0, n, len(self._handles) + 1).astype(int)
     request = _Request(prompts=list(prompts), ids=np.asarray(ids),
                        rollout_config=rollout_config, parts=[], refs=[],
-                       version=self.version)
+                       version=self.version if version is None else version)
     for host in range(len(self._handles)):
       lo, hi = int(bounds[host]), int(bounds[host + 1])
       if hi > lo:
@@ -208,10 +221,11 @@ class RolloutLink:
     return request
 
   def _issue(self, request: _Request, host: int, lo: int, hi: int) -> Any:
-    self._ensure(host, request.version)
-    return self._handles[host].generate.remote(
-        request.prompts[lo:hi], request.ids[lo:hi], request.rollout_config,
-        request.version)
+    with self._lock:
+      self._ensure(host, request.version)
+      return self._handles[host].generate.remote(
+          request.prompts[lo:hi], request.ids[lo:hi], request.rollout_config,
+          request.version)
 
   def wait(self, request: _Request) -> tuple[base_rollout.RolloutOutput,
                                              GeneratedBatch]:
@@ -244,8 +258,9 @@ class RolloutLink:
               f" rows with the same identities on weights version"
               f" {request.version}", flush=True)
         self._await_restart(host)
-        self._installed[host] = None
-        ref = self._issue(request, host, lo, hi)
+        with self._lock:
+          self._installed[host] = None
+          ref = self._issue(request, host, lo, hi)
         reissued += hi - lo
     waited = time.perf_counter() - t0
     versions = {p["version"] for p in parts}
@@ -284,7 +299,8 @@ class RolloutLink:
 
     times = []
     for host, _, _ in request.parts:
-      ref = self._install_log.get((request.version, host))
+      with self._lock:
+        ref = self._install_log.get((request.version, host))
       try:
         if ref is not None:
           times.append(self._get(ref, what="an installation of weights",
@@ -337,6 +353,8 @@ class RemoteEngine(engine_base.Engine):
 
   Takes Tunix's rollout arguments plus `context` (as every engine) and the
   `link`; `max_staleness` and `upcoming` give the schedule (module doc).
+  `pinned_turns`: the (policy version, batch step) of the agent turns the
+  calling thread generates, or None (`agent_turns.current_turns`).
   """
 
   def __init__(
@@ -350,6 +368,7 @@ class RemoteEngine(engine_base.Engine):
       link: RolloutLink,
       max_staleness: int,
       upcoming: Upcoming,
+      pinned_turns: Callable[[], tuple[int, int] | None] = lambda: None,
   ):
     del rollout_actor, mesh, rollout_config
     if context.initial_model is None or context.engine_mesh is None:
@@ -363,6 +382,9 @@ class RemoteEngine(engine_base.Engine):
     self._link = link
     self._max_staleness = max_staleness
     self._upcoming = upcoming
+    self._pinned_turns = pinned_turns
+    # Whether agent turns pinned to their versions came (installs are lazy).
+    self._pinned_seen = False
     self._queue: collections.deque[_Request] = collections.deque()
     self.generated: collections.deque[GeneratedBatch] = collections.deque()
     model = context.initial_model
@@ -393,6 +415,15 @@ class RemoteEngine(engine_base.Engine):
       out, _ = self._link.wait(self._link.submit(prompts, ids,
                                                  rollout_config))
       return out
+    pinned = self._pinned_turns()
+    if pinned is not None:
+      # Agent turns: on their batch's policy version; nothing prefetched
+      # (Tunix's producer runs ahead itself).
+      self._pinned_seen = True
+      out, batch = self._link.wait(self._link.submit(
+          prompts, ids, rollout_config, version=pinned[0]))
+      self.generated.append(dataclasses.replace(batch, step=pinned[1]))
+      return out
     request = self._queue.popleft() if self._queue else None
     if request is not None and (
         request.prompts != prompts or not np.array_equal(request.ids, ids)):
@@ -416,7 +447,10 @@ class RemoteEngine(engine_base.Engine):
   def update_params(self, params: Any,
                     filter_types: tuple[Any, ...] | None = None) -> None:
     del filter_types  # The paths say which parameters these are.
-    self._link.publish(self._link.version + 1, _to_host(params))
+    # Pinned agent turns may still need the version before: each rollout
+    # host installs a version when a request first needs it.
+    self._link.publish(self._link.version + 1, _to_host(params),
+                       install=not self._pinned_seen)
 
   def publish_restored(self, version: int, params: Any) -> None:
     """A resumed run's restored policy, published as `version`.

@@ -193,11 +193,6 @@ def check_job_config(cfg: Any) -> None:
   if not agentic:
     return
   problems = {
-      # Turns are generated on the rollout hosts with the latest policy;
-      # importance weights over multi-turn rows are not built yet.
-      "--backend=mcjax_da with --max_staleness >= 1 (set"
-      " --max_staleness=0)": (cfg.backend == "mcjax_da"
-                              and cfg.max_staleness != 0),
       "--trainer=maxtext": cfg.trainer != "tunix",
       "--model other than tiny (the task is in its alphabet)":
           cfg.model != "tiny",
@@ -218,16 +213,25 @@ def check_job_config(cfg: Any) -> None:
 
 def learner(cfg: Any, cluster: Any, reward_fns: Sequence[Any],
             recorder: list[dict[str, Any]] | None) -> Any:
-  """Tunix's agentic GRPO learner on `cluster` for the calc task."""
-  from tunix.rl.agentic import agentic_grpo_learner  # pylint: disable=g-import-not-at-top
+  """Tunix's agentic GRPO learner on `cluster` for the calc task.
 
-  return agentic_grpo_learner.GRPOLearner(
+  Under mcjax_da, --max_staleness K is the learner's off_policy_steps, and
+  at K >= 1 its token-level importance weights (`sampler_is`, capped at
+  --is_cap) correct the stale turns, as the GRPO learner's are under
+  mcjax_da."""
+  from tunix.rl.agentic import agentic_grpo_learner  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import agentic_learner  # pylint: disable=g-import-not-at-top
+
+  lag = cfg.max_staleness if cfg.backend == "mcjax_da" else 0
+  return agentic_learner.learner_class()(
       rl_cluster=cluster,
       algo_config=agentic_grpo_learner.GRPOConfig(
           num_generations=cfg.num_generations,
           num_iterations=cfg.num_iterations, beta=cfg.beta,
           epsilon=cfg.epsilon, max_response_length=cfg.max_new_tokens,
-          max_concurrency=cfg.max_concurrency),
+          max_concurrency=cfg.max_concurrency, off_policy_steps=lag,
+          **({"sampler_is": "token", "sampler_is_threshold": cfg.is_cap}
+             if lag else {})),
       reward_fns=list(reward_fns) or None,
       chat_parser=toy_chat_parser(cluster.tokenizer),
       env_class=_environment_class(),

@@ -33,8 +33,11 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
   from the restored step on, which admission's resume matches (resume is
   exact: tests/test_agentic_equivalence.py);
 * under the disaggregated backend the agents run on the trainer hosts and
-  their turns on the rollout hosts, on-policy only (max_staleness 0):
-  importance weights over multi-turn rows are not built.
+  their turns on the rollout hosts; the staleness bound is Tunix's
+  `off_policy_steps` (mcjax pins each batch's turns to the stalest policy
+  it allows, `agent_turns`), so `--max_staleness` must agree with it; the
+  colocated backend runs on-policy (off_policy_steps 0): its engines share
+  the trainers' devices and weights.
 """
 
 from __future__ import annotations
@@ -84,18 +87,22 @@ def agentic_job(
   micro = training.get("train_micro_batch_size") or mini
   logps = training.get("compute_logps_micro_batch_size")
   lora = (config.get("actor_model_config") or {}).get("lora_config")
+  off_policy = agentic.get("off_policy_steps", 0)
   # (refused, what, the fix)
   cases = (
-      (backend == "mcjax_da" and max_staleness != 0,
-       f"--backend=mcjax_da and --max_staleness={max_staleness} (agent"
-       " turns are trained on-policy only)", "set --max_staleness=0"),
+      (backend == "mcjax_da" and max_staleness != off_policy,
+       f"--backend=mcjax_da, --max_staleness={max_staleness} and"
+       f" agentic_grpo_config.off_policy_steps={off_policy} (Tunix's"
+       " bound on agent turns' staleness)",
+       f"set off_policy_steps={max_staleness}, or drop --max_staleness"),
+      (backend != "mcjax_da" and off_policy != 0,
+       f"agentic_grpo_config.off_policy_steps={off_policy} on the colocated"
+       " backend (its engines share the trainers' devices)",
+       "use --backend=mcjax_da, or set it to 0"),
       (agentic.get("num_iterations", 1) != 1,
        "agentic_grpo_config.num_iterations="
        f"{agentic.get('num_iterations')} (several updates per batch)",
        "set it to 1"),
-      (agentic.get("off_policy_steps", 0) != 0,
-       "agentic_grpo_config.off_policy_steps="
-       f"{agentic.get('off_policy_steps')} (not verified)", "set it to 0"),
       (run_eval, "--run_eval (Tunix's agentic evaluation numbers its groups"
        " like training's, which keys the agents' sampling)",
        "drop --run_eval"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import functools
+import threading
 import time
 from typing import Any
 
@@ -143,16 +144,22 @@ class StepClock:
 
   Reset in place at each step start, so that wrappers holding the clock
   (`timed`, `timed_reward_fns`) keep timing into the current step.
+  `step`: the step being timed (as its record numbers it), if known.
   """
 
   def __init__(self, gc_policy: host_optimizations.GcPolicy | None = None):
     self._gc_policy = gc_policy
+    # Generation counts of later steps (`add_generation`), by step index.
+    self._lock = threading.Lock()
+    self._gen_ahead: dict[int, list[Mapping[str, int]]] = {}
+    self.step: int | None = None
     # The innermost phase running now and since when (time.monotonic()), or
     # None: what the step watchdog names when a step hangs.
     self.current: tuple[str, float] | None = None
     self.reset(time.perf_counter())
 
-  def reset(self, now: float, carried_export_s: float = 0.0) -> None:
+  def reset(self, now: float, carried_export_s: float = 0.0,
+            step: int | None = None) -> None:
     """Starts the next step at `now`.
 
     Args:
@@ -160,6 +167,7 @@ class StepClock:
         the timeline).
       carried_export_s: time since `now` already spent exporting the previous
         step's metrics: host work of this step.
+      step: the step's number, if known.
     """
     self.start = now
     self.phases = {p: 0.0 for p in records.PHASES}
@@ -175,6 +183,10 @@ class StepClock:
     self.reward_means: list[float] = []
     self.len_means: list[float] = []
     self._gc_at_start = _gc_counts(self._gc_policy)
+    with self._lock:
+      self.step = step
+      for stats in self._gen_ahead.pop(step, []):
+        self._count_generation(stats)
 
   @contextlib.contextmanager
   def phase(self, name: str, cross_host: str | None = None) -> Iterator[None]:
@@ -209,7 +221,18 @@ class StepClock:
 
     return timed_fn
 
-  def add_generation(self, stats: Mapping[str, int]) -> None:
+  def add_generation(self, stats: Mapping[str, int],
+                     step: int | None = None) -> None:
+    """Counts a generate call's rows into step `step` (None: the current
+    one): agent turns of a later batch, generated ahead, count in the step
+    that trains them."""
+    with self._lock:
+      if None not in (step, self.step) and step > self.step:
+        self._gen_ahead.setdefault(step, []).append(stats)
+      else:
+        self._count_generation(stats)
+
+  def _count_generation(self, stats: Mapping[str, int]) -> None:
     for k in ("rows", "tokens", "truncated", "decode_iterations"):
       self.gen[k] += stats[k]
     self.gen["max_len"] = max(self.gen["max_len"], stats["max_len"])

@@ -144,8 +144,8 @@ class StepTelemetry:
       # window, starts after it (as the stock path's does).
       start = None
     self.clock.reset(
-        time.perf_counter() if start is None else start, carried_export_s
-    )
+        time.perf_counter() if start is None else start, carried_export_s,
+        step=next_step)
 
   def end_step(self, meta: records.StepMeta, *, admission_s: float,
                prompt_tokens: int) -> None:
