@@ -230,6 +230,10 @@ def test_a_killed_trainer_host_ends_the_job_naming_it(runs):
   assert killed["exit_after_kill_s"] < 30, killed["exit_after_kill_s"]
   assert "trainer host 0 failed" in killed["console"], killed["console"][-3000:]
   assert killed["steps_done"] < 6  # It did not run to the end.
+  # The failed job's rollout hosts closed their engines before they were
+  # killed (a killed vLLM engine would leave its shared memory behind).
+  assert re.search(r"rollout hosts closed their engines: ([1-9]) of \1\b",
+                   killed["console"]), killed["console"][-3000:]
   # On the cluster it joined it left no actor, group or busy CPU behind.
   after = killed["cluster_after"]
   assert after["free_cpus"] == runs["num_cpus"], after

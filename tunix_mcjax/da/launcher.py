@@ -28,8 +28,9 @@ Ray session (`ray_local`: locally a head bound to 127.0.0.1), then:
    trainer processes only). Trainer host 0 runs its coordinator: on
    loopback under a local head; on an existing cluster at its node's IP
    (as Ray knows it) and a port free there, which trainer host 0 picks;
-3. waits for the trainers; the first failure of any actor ends the job: every
-   actor is killed and Ray is shut down, and the error names the host.
+3. waits for the trainers; the first failure of any actor ends the job. The
+   rollout hosts then free their engines (bounded), every actor is killed,
+   Ray is shut down, and a failure's error names the host.
 
 Every host has one bundle of a Ray placement group (`Placement`: SPREAD by
 default, so that hosts go to different nodes where the cluster has them and
@@ -38,10 +39,8 @@ own (`job_namespace`), where its rollout actors and placement group are
 named, so that jobs sharing a cluster do not meet. On an existing cluster
 (`ray_address`) the job kills its own actors and removes its placement
 group (by their handles: nothing of another job's) when it ends, and leaves
-the cluster running.
-
-Ray is the only cluster manager here: no process of ours listens or
-schedules.
+the cluster running. Ray is the only cluster manager here: no process of
+ours listens or schedules.
 """
 
 from __future__ import annotations
@@ -112,7 +111,7 @@ _NAMED_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 _ACCELERATORS = ("GPU", "TPU")
 # How long an existing cluster gets to confirm the job's actors are dead.
 _KILL_WAIT_S = 30.0
-# How long rollout hosts get to free their engines after a job ended well.
+# How long rollout hosts get to free their engines when the job ends.
 _CLOSE_WAIT_S = 20.0
 
 
@@ -385,8 +384,6 @@ def run_local(task: model_source.TrainerTask, *,
                              devices_per_host=devices_per_host,
                              timeout_s=timeout_s, local=session.local,
                              watch=watch)
-      # Ended well: idle rollout hosts free their engines (else: killed).
-      _close_rollout_hosts(actors[:da.rollout_hosts])
     except Exception as e:
       if (watch is not None and not isinstance(e, ray_waits.RayHeadLost)
           and watch.confirm_lost()):
@@ -399,8 +396,10 @@ def run_local(task: model_source.TrainerTask, *,
         # Every Ray call from here on would wait for the lost GCS.
         ray_session.abandon()
       elif group is not None:
-        # On an existing cluster nothing else would stop them before the
+        # Engines closed first (a killed vLLM leaves its shared memory). On
+        # an existing cluster nothing else would stop the actors before the
         # driver disconnects; locally it shortens Ray's shutdown.
+        _close_rollout_hosts(actors[:da.rollout_hosts])
         _release(actors, group, wait=not session.local)
   return summaries[0]
 
@@ -551,14 +550,8 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
 
 
 def _close_rollout_hosts(rollouts: list[Any]) -> None:
-  """Lets the rollout hosts free their engines for up to _CLOSE_WAIT_S."""
-  import ray  # pylint: disable=g-import-not-at-top
-
-  try:
-    ray.wait([r.close.remote() for r in rollouts], num_returns=len(rollouts),
-             timeout=_CLOSE_WAIT_S)
-  except Exception:  # pylint: disable=broad-exception-caught
-    pass  # A dead host has nothing to free; _release ends the rest.
+  closed = rollout_host.close_all(rollouts, timeout_s=_CLOSE_WAIT_S)
+  _log(f"rollout hosts closed their engines: {closed} of {len(rollouts)}")
 
 
 def _release(actors: list[Any], group: Any, *, wait: bool) -> None:

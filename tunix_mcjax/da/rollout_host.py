@@ -106,8 +106,8 @@ class RolloutHost:
 
   def close(self) -> None:
     """Frees an engine that holds resources outside JAX (vLLM: its process
-    state and temporary directory); the launcher calls it when the job
-    ended well, before it ends the actor."""
+    state, shared memory and temporary directory); the launcher calls it
+    when the job ends (`close_all`), before it ends the actor."""
     close = getattr(self._engine, "close", None)
     if close is not None:
       close()
@@ -211,3 +211,22 @@ def _flat(tree: Any) -> dict[tuple[Any, ...], Any]:
   from tunix_mcjax import tree_paths  # pylint: disable=g-import-not-at-top
 
   return tree_paths.flat_params(tree)
+
+
+def close_all(rollouts: list[Any], *, timeout_s: float) -> int:
+  """Asks the rollout host actors to close their engines, waiting up to
+  `timeout_s`; how many did (a dead or busy one is killed without)."""
+  import ray  # pylint: disable=g-import-not-at-top
+
+  refs = [r.close.remote() for r in rollouts]
+  if not refs:
+    return 0
+  ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+  closed = 0
+  for ref in ready:
+    try:
+      ray.get(ref)
+      closed += 1
+    except Exception:  # pylint: disable=broad-exception-caught
+      pass  # A dead host has nothing to free.
+  return closed
