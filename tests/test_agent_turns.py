@@ -24,6 +24,7 @@ from tunix.rl.rollout import base_rollout
 from tunix_mcjax import admission
 from tunix_mcjax import agent_turns
 from tunix_mcjax import ledger as ledger_lib
+from tunix_mcjax.compat import agentic_learner
 
 G = 2
 
@@ -420,3 +421,77 @@ def test_off_policy_log_probs_also_wait_for_the_weight_sync():
   turns.synced()
   t.join(10)
   assert events == ["L0", "L1", "T", "S", "L2"]
+
+
+# --- evaluation (compat.agentic_learner numbers its groups) ----------------
+
+_EVAL = agentic_learner.EVAL_GROUP_OFFSET
+
+
+def _with_eval_prompts(row_ids, prompts=(2**31, 2**31 + 1)):
+  row_ids.evaluation.record_batch(prompts, G, stats=_stats(), admission_s=0.0)
+
+
+def test_evaluation_turns_take_evaluation_identities_each_pass():
+  train, row_ids, turns = _turns()
+  _with_eval_prompts(row_ids)
+  for _ in range(2):  # Two passes: the same identities (the same noise).
+    with turns.evaluation():
+      # The pass's second prompt, sample 1: its first and second turns.
+      assert _take(turns, row_ids, _EVAL + 1, 1) == [2**31 + 1, 1]
+      assert _take(turns, row_ids, _EVAL + 1, 1) == [2**31 + 1, 1 + G]
+  # No training row was taken, and evaluation rows stay out of the step.
+  assert train.pending() == 4 * G
+
+
+def test_an_evaluation_turn_without_admitted_rows_is_an_error():
+  _, row_ids, turns = _turns()
+  with pytest.raises(RuntimeError, match="admission recorded 0 evaluation"):
+    _turn(turns, _engine(row_ids), _EVAL, 0)
+
+
+def test_evaluation_and_training_turns_never_share_an_engine_call():
+  _, row_ids, turns = _turns(batches=(tuple(range(8)),))
+  _with_eval_prompts(row_ids)
+  calls, release, evaluating = [], threading.Event(), []
+  engine = _engine(row_ids, calls)
+
+  def run(prompts, budget):
+    evaluating.append(row_ids.is_evaluating)
+    if not calls:
+      assert release.wait(30)
+    return engine(prompts, budget)
+
+  first = threading.Thread(target=_turn, args=(turns, run, 0, 0))
+  first.start()
+  _wait_until(lambda: turns._busy)  # pylint: disable=protected-access
+  others = [threading.Thread(target=_turn, args=(turns, run, g, 0))
+            for g in (1, _EVAL, _EVAL + 1)]
+  for t in others:
+    t.start()
+  _wait_until(lambda: len(turns._pending) == 3)  # pylint: disable=protected-access
+  release.set()
+  for t in [first, *others]:
+    t.join(30)
+  # Training turns outside the evaluation ledger, evaluation ones inside.
+  assert sorted(zip(evaluating, (n for n, _ in calls))) == [
+      (False, 1), (False, 1), (True, 2)]
+
+
+def test_log_probs_of_an_evaluation_pass_do_not_wait(monkeypatch):
+  _, _, turns = _turns()
+  monkeypatch.setattr(agent_turns, "ORDER_TIMEOUT_S", 0.2)
+  errors = []
+
+  def rollout_thread():
+    try:
+      with turns.evaluation():
+        for _ in range(3):  # No update ever: outside a pass these wait.
+          turns.order_logps(_Config(1))
+    except RuntimeError as e:
+      errors.append(e)
+
+  t = threading.Thread(target=rollout_thread)
+  t.start()
+  t.join(10)
+  assert not errors

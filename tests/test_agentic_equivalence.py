@@ -73,6 +73,7 @@ import pytest
 
 import example_runs
 from tunix_mcjax import checkpointing
+from tunix_mcjax.recipes import agentic_tasks
 
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
@@ -92,7 +93,8 @@ _FLAGS = ("--learner=agentic_grpo", "--dataset=calc", "--steps=2",
 # bit for bit. The 3-host runs (one micro-batch) keep 16 concurrent agents.
 _TWO_HOSTS = (*_FLAGS, "--batch_size=8", "--mini_batch_size=4",
               "--micro_batch_size=2", "--max_concurrency=1")
-_THREE_HOSTS = (*_FLAGS, "--batch_size=6")
+# With an evaluation pass before each step (6 held-out prompts).
+_THREE_HOSTS = (*_FLAGS, "--batch_size=6", *example_runs.EVAL_FLAGS)
 _RUNS = {
     "tunix2": (*_TWO_HOSTS, "--backend=tunix", "--num_hosts=2",
                "--devices_per_host=2"),
@@ -143,11 +145,15 @@ def runs_fixture(shared_runs, tmp_path_factory):
   return out
 
 
-def _trajectories(run_dir):
+def _trajectories(run_dir, evaluation=False):
+  """The run's training (or evaluation) episodes, by prompt and sample."""
   rows = []
   for path in sorted(run_dir.glob("agent_rows_host*.json")):
     rows += json.loads(path.read_text())
-  return sorted(rows, key=lambda r: (r["prompt_index"], r["pair"]))
+  rows = [r for r in rows if (r["prompt_index"]
+                              >= agentic_tasks.EVAL_FIRST_INDEX) == evaluation]
+  return sorted(rows, key=lambda r: (r["prompt_index"], r["pair"],
+                                     json.dumps(r["turns"])))
 
 
 @pytest.mark.parametrize("run,prompts", [("mcjax2", 16), ("mcjax3", 12),
@@ -182,6 +188,40 @@ def test_same_losses_rewards_and_parameters(runs, run):
     np.testing.assert_allclose(
         record["reward_mean"], np.mean([r["reward"] for r in step]),
         rtol=1e-6)
+
+
+@pytest.mark.parametrize("run", ["mcjax3", "da"])
+def test_same_evaluation(runs, run):
+  """An evaluation pass before each step (Tunix's agentic evaluation: the
+  same 6 held-out prompts, the same noise, each pass): every evaluation
+  episode equals stock's, and so do the values Tunix logs of it."""
+  ref, got = runs["tunix3"], runs[run]
+  rows = _trajectories(ref, evaluation=True)
+  # Two passes of 6 prompts x 2 samples; episodes as in training.
+  assert sorted({(r["prompt_index"], r["pair"]) for r in rows}) == [
+      (agentic_tasks.EVAL_FIRST_INDEX + p, s) for p in range(6)
+      for s in range(2)]
+  assert len(rows) == 24
+  assert _trajectories(got, evaluation=True) == rows
+  assert sum(len(r["turns"]) == 2 for r in rows) > len(rows) // 2
+
+  def logged(run_dir):
+    return [m for m in json.loads((run_dir / "learner_metrics.json")
+                                  .read_text()) if m["mode"] == "eval"]
+
+  want, have = logged(ref), logged(got)
+  assert len(want) == 2 and len(have) == 2
+  for a, b in zip(want, have):
+    assert a["metrics"].keys() == b["metrics"].keys()
+    # Rewards, advantages and lengths: what the episodes decide. (The
+    # sampler_trainer/* diagnostics are float noise, about 1e-7, that
+    # depends on the device layout; *_time/* are wall clock.)
+    keys = [k for k in a["metrics"] if k.startswith(
+        ("trajectory_rewards/", "rewards/", "generation/"))]
+    assert len(keys) >= 8, sorted(a["metrics"])
+    for key in keys:
+      np.testing.assert_allclose(b["metrics"][key], a["metrics"][key],
+                                 rtol=1e-6, atol=1e-9, err_msg=key)
 
 
 @pytest.mark.parametrize("run", ["da", "da2"])

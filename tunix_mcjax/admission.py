@@ -541,7 +541,10 @@ def route_eval_generate(cluster: Any, row_ids: TrainEvalRowIds) -> None:
 
 def route_agent_turns(cluster: Any, turns: Any) -> None:
   """Makes a stock cluster's agent turns take `turns`' identities
-  (`agent_turns.AgentTurns`), as the mcjax cluster does itself."""
+  (`agent_turns.AgentTurns`), as the mcjax cluster does itself; the
+  learner reports its groups and evaluation passes to `turns` there too
+  (`compat.agentic_learner`)."""
+  cluster.agent_turns = turns
   inner = cluster.generate
 
   def generate(prompts, *args, **kwargs):

@@ -56,11 +56,23 @@ producer reports: `compat.agentic_learner`), so each step trains exactly
 its own batch, at staleness min(K, b - first step). A group's log-probs on
 the rollout thread then also wait for the weight sync before their step
 (`synced`).
+
+Evaluation (Tunix's learner, every eval_every_n_steps): the learner's
+groups of an evaluation pass come numbered from
+`compat.agentic_learner.EVAL_GROUP_OFFSET` + k (the pass's k-th prompt);
+their turns are keyed by the evaluation rows admission recorded (the same
+noise every pass), generated with the latest policy under the evaluation
+ledger and never in one engine call with training turns. While a pass runs
+(`evaluation`) its log-prob passes are not ordered with the train steps:
+the learner's main thread waits for the pass, and where it computes the
+training log-probs itself (above one prompt per host) nothing else issues
+a global program meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+import contextlib
 import dataclasses
 import threading
 from typing import Any
@@ -68,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from tunix_mcjax import ledger as ledger_lib
+from tunix_mcjax.compat import agentic_learner
 
 # (prompts, max_generation_steps) -> the rollout's output of those rows.
 Generate = Callable[[Any, "int | None"], Any]
@@ -105,6 +118,9 @@ class AgentTurns:
     self._groups = threading.Condition()
     self._groups_done = 0
     self._observed = False
+    # Evaluation passes running, and their agents' turns so far.
+    self._evaluations = 0
+    self._eval_turns: dict[tuple[int, int], int] = {}
     self._turns: dict[tuple[int, int], int] = {}
     # Turns waiting for the engine, and whether a thread is running a batch.
     self._ready = threading.Condition()
@@ -147,16 +163,22 @@ class AgentTurns:
           f"An agent turn generated {num_prompts} conversations in one call;"
           " Tunix's agentic learner sends one, and mcjax keys each turn's"
           " sampling by its agent.")
+    group, pair = int(trace_tags[GROUP_ID]), int(trace_tags[PAIR_INDEX])
+    evaluation = group >= agentic_learner.EVAL_GROUP_OFFSET
     with self._ready:
-      ids, step, first_turn = self._identity(int(trace_tags[GROUP_ID]),
-                                             int(trace_tags[PAIR_INDEX]))
+      if evaluation:
+        ids, step, first_turn = self._eval_identity(
+            group - agentic_learner.EVAL_GROUP_OFFSET, pair), None, False
+      else:
+        ids, step, first_turn = self._identity(group, pair)
     if first_turn:
       self._hold(step)
     turn = _Turn(
         prompt=prompts if isinstance(prompts, str) else prompts[0],
         ids=ids, budget=max_generation_steps, step=step,
-        version=(None if self._lag is None
-                 else max(self._first_step, step - self._lag)))
+        version=(None if self._lag is None or evaluation
+                 else max(self._first_step, step - self._lag)),
+        evaluation=evaluation)
     with self._ready:
       self._pending.append(turn)
       while not turn.done:
@@ -165,15 +187,18 @@ class AgentTurns:
           continue
         # This thread runs the pending turns of the first one's policy
         # version and batch (its own among them, or next time round).
-        key = (self._pending[0].version, self._pending[0].step)
-        batch = [t for t in self._pending if (t.version, t.step) == key]
-        self._pending = [t for t in self._pending
-                         if (t.version, t.step) != key]
+        key = self._pending[0].key
+        batch = [t for t in self._pending if t.key == key]
+        self._pending = [t for t in self._pending if t.key != key]
         self._busy = True
         self._ready.release()
         try:
-          self._local.turns = key if self._lag is not None else None
-          outs, error = _run_batch(batch, run, self._fixed_ids, decode), None
+          self._local.turns = (key[:2] if self._lag is not None
+                               and not key[2] else None)
+          with (self._fixed_ids.evaluating() if key[2]
+                else contextlib.nullcontext()):
+            outs, error = _run_batch(batch, run, self._fixed_ids,
+                                     decode), None
         except BaseException as e:  # pylint: disable=broad-except
           outs, error = [None] * len(batch), e
         finally:
@@ -197,9 +222,12 @@ class AgentTurns:
     (policy version, batch step); else None."""
     return getattr(self._local, "turns", None)
 
-  def observe_groups(self) -> None:
-    """The learner's producer reports each finished group (`group_done`)."""
+  def observe_groups(self) -> bool:
+    """The learner's producer reports each finished group (`group_done`).
+    True: its turns are pinned to their policy (off-policy), so its weight
+    syncs need not wait for running episodes."""
     self._observed = True
+    return bool(self._lag)
 
   def group_done(self) -> None:
     """The learner's producer finished a group (all G episodes)."""
@@ -207,8 +235,22 @@ class AgentTurns:
       self._groups_done += 1
       self._groups.notify_all()
 
+  @contextlib.contextmanager
+  def evaluation(self) -> Iterator[None]:
+    """While the learner runs an evaluation pass (module doc)."""
+    with self._order:
+      self._evaluations += 1
+    with self._ready:
+      self._eval_turns.clear()  # A pass's agents start at turn 0.
+    try:
+      yield
+    finally:
+      with self._order:
+        self._evaluations -= 1
+
   def synced(self) -> None:
-    """A weight sync (the publication of a step's update) is done."""
+    """A weight sync (the publication of a step's update) is done, and the
+    main thread's programs after it (the logging of its step's metrics)."""
     with self._order:
       self._syncs += 1
       self._order.notify_all()
@@ -242,16 +284,18 @@ class AgentTurns:
     `training_config`: the host's Tunix RLTrainingConfig (its micro-batch
     of prompts).
     """
-    if threading.current_thread() is threading.main_thread():
+    if (threading.current_thread() is threading.main_thread()
+        or self._evaluations):
       return
     per_update = (training_config.train_micro_batch_size
                   or training_config.mini_batch_size or self._prompts())
     with self._order:
       group, self._logps_groups = self._logps_groups, self._logps_groups + 1
       before = group - group % per_update
-      # Off-policy, a group of the next batch may end before the weight
-      # sync after the last update: it waits for that sync too.
-      syncs = before // self._prompts() if self._lag else 0
+      # Disaggregated, a group of the next batch may end before the weight
+      # sync after the last update (off-policy: it often does): it waits
+      # for that sync, and the logging of its step (`synced`), too.
+      syncs = before // self._prompts() if self._lag is not None else 0
       if not self._order.wait_for(
           lambda: self._trained_groups >= before and self._syncs >= syncs,
           timeout=ORDER_TIMEOUT_S):
@@ -369,6 +413,25 @@ class AgentTurns:
     return row[None, :], step, turn == 0
 
 
+  def _eval_identity(self, index: int, pair: int) -> np.ndarray:
+    """An evaluation turn's row identity: the pass's `index`-th prompt's
+    evaluation row (admission's), sample `pair + G x turn`."""
+    entries = self._fixed_ids.evaluation.entries
+    rows = (np.concatenate([e.row_ids for e in entries]) if entries
+            else np.zeros((0, 2), np.int64))
+    num_generations = int(rows[:, 1].max()) + 1 if len(rows) else 1
+    if index * num_generations + pair >= len(rows):
+      raise RuntimeError(
+          f"Evaluation agent {index}, pair {pair}: admission recorded"
+          f" {len(rows)} evaluation rows; feed the agentic learner the"
+          " eval_ds returned by `cluster.shard_eval_dataset(...)`.")
+    row = rows[index * num_generations + pair].copy()
+    turn = self._eval_turns.get((index, pair), 0)
+    self._eval_turns[(index, pair)] = turn + 1
+    row[1] += num_generations * turn
+    return row[None, :]
+
+
 @dataclasses.dataclass
 class _Turn:
   """One agent turn waiting for the engine."""
@@ -376,11 +439,17 @@ class _Turn:
   prompt: str
   ids: np.ndarray
   budget: int | None
-  step: int  # The global step of its batch.
+  step: int | None  # The global step of its batch (None: evaluation).
   version: int | None  # The policy version it is pinned to (off-policy).
+  evaluation: bool = False
   out: Any = None
   error: BaseException | None = None
   done: bool = False
+
+  @property
+  def key(self) -> tuple[Any, ...]:
+    """Turns of one key may share an engine call."""
+    return (self.version, self.step, self.evaluation)
 
 
 def _run_batch(batch: list[_Turn], run: Generate, fixed_ids: Any,

@@ -92,8 +92,7 @@ class McJaxRLCluster(compat.RLCluster):
 
   # The step records' `backend`.
   backend_name = "mcjax"
-  # Off-policy bound that agent turns are pinned to (mcjax_da: agent_turns).
-  agent_turn_lag: int | None = None
+  agent_turn_lag: int | None = None  # mcjax_da's off-policy bound.
 
   def __init__(
       self,
@@ -410,15 +409,16 @@ class McJaxRLCluster(compat.RLCluster):
     inner = super().generate
 
     def call(prompts, max_generation_steps):
-      # Evaluation rows come from the evaluation ledger and are not a phase
-      # of the training step.
-      with (self._row_ids.evaluating() if mode == Mode.EVAL
+      # Evaluation rows (agent_turns: evaluation turns too) come from the
+      # evaluation ledger and are not a phase of the training step.
+      evaluating = mode == Mode.EVAL or self._row_ids.is_evaluating
+      with (self._row_ids.evaluating() if evaluating
             else self.step_clock.phase("generate")), self._guarded():
         out = inner(prompts, apply_chat_template=apply_chat_template,
                     mode=mode, micro_batch_size=micro_batch_size,
                     trace_tags=trace_tags,
                     max_generation_steps=max_generation_steps)
-      if mode == Mode.TRAIN:
+      if not evaluating:
         # Agent turns generated ahead (off-policy) count in their step.
         turns = self.agent_turns.current_turns()
         self.step_clock.add_generation(telemetry.generation_stats(

@@ -127,8 +127,9 @@ def agentic_base_config(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
+  # 18 rows: the 3-host runs' 3 batches of 6.
   inputs = cli_runs.short_gsm8k_inputs(
-      tmp_path_factory.mktemp("cli_agentic_inputs"), BATCH * STEPS)
+      tmp_path_factory.mktemp("cli_agentic_inputs"), BATCH * STEPS + 2)
   inputs["stop_tokens"] = stop_tokens(inputs["model"])
   return inputs
 
@@ -183,13 +184,15 @@ def cli_run(inputs, base_config, out: pathlib.Path, *args: str,
   return out, proc
 
 
-# 6 prompts a step in one micro-batch (2 per host at 3 hosts); overriding
-# rl_training_config replaces the whole section, so it is restated.
-THREE_HOSTS = ("batch_size=6", *(
+# 6 prompts a step in one micro-batch (2 per host at 3 hosts), 3 batches of
+# which the third is the test split (--run_eval: an evaluation pass before
+# each step); overriding rl_training_config replaces the whole section, so
+# it is restated.
+THREE_HOSTS = ("batch_size=6", "num_batches=3", "train_fraction=0.67", *(
     f"rl_training_config.{k}={v}" for k, v in (
         ("actor_optimizer_config.opt_type", "sgd"),
         ("actor_optimizer_config.learning_rate", 0.05),
-        ("eval_every_n_steps", 1000), ("mini_batch_size", 6),
+        ("eval_every_n_steps", 1), ("mini_batch_size", 6),
         ("train_micro_batch_size", 6),
         ("compute_logps_micro_batch_size", 6))))
 
@@ -216,11 +219,12 @@ def runs(inputs, agentic_base_config, tmp_path_factory):
       # over 6) against stock on 1 process x 2 devices, 6 prompts a step.
       "tunix3": cli_run(inputs, agentic_base_config, tmp / "tunix3",
                         "--backend=tunix", "--placement_invariant_sampling",
-                        overrides=THREE_HOSTS, devices=2),
+                        "--run_eval", overrides=THREE_HOSTS, devices=2),
       "mcjax3": cli_run(inputs, agentic_base_config, tmp / "mcjax3",
                         "--backend=mcjax", "--num_hosts=3",
                         "--devices_per_host=2", "--transfer_guard=disallow",
-                        "--timeout=600", overrides=THREE_HOSTS, devices=6),
+                        "--run_eval", "--timeout=600", overrides=THREE_HOSTS,
+                        devices=6),
   }
 
 
@@ -312,7 +316,11 @@ def test_disaggregated_on_policy_equals_colocated(runs):
 def test_three_hosts_equal_stock(runs):
   (ref, _), (got, _) = runs["tunix3"], runs["mcjax3"]
   assert groups(got) == groups(ref)
-  assert len(groups(ref)) == 6 * STEPS
+  # 6 training prompts a step (2 agents each), and the test split's 6
+  # prompts evaluated before each step (2 passes x 2 agents, the same noise
+  # each pass): every agent equal to stock's (above).
+  sizes = sorted(len(g) for g in groups(ref).values())
+  assert sizes == [GENERATIONS] * 6 * STEPS + [2 * GENERATIONS] * 6, sizes
   assert len(list((got / "rows").glob("rows_host*"))) == 3
   a, b = _records(ref), _records(got)
   assert {r["num_hosts"] for r in b} == {3}
@@ -388,7 +396,10 @@ def _training(mini=8, micro=4, logps=4, *extra):
     # Colocated, the producer cannot run ahead.
     (("agentic_grpo_config.off_policy_steps=1",), {},
      "with agentic_grpo_config.off_policy_steps=1 on the colocated backend"),
-    ((), {"run_eval": True}, "with --run_eval"),
+    # Evaluation needs the log-probs on the main thread (2 per host).
+    (_training(8, 2, 2), {"run_eval": True},
+     "with --run_eval and rl_training_config.train_micro_batch_size=2 over"
+     " 2 hosts"),
     (("actor_model_config.lora_config.rank=8",), {},
      "with actor_model_config.lora_config"),
     (_training(8, 4, 4,

@@ -623,16 +623,6 @@ def test_agentic_mode_is_checked_by_its_own_rules(cli, pipeline):
   assert "needs rollout_config.return_logprobs=true" in lines[1]
 
 
-def test_agentic_mode_with_run_eval_is_refused_under_tunix(cli, pipeline):
-  # The stock backend has no hosts to check before: refused before Tunix's
-  # pipeline builds anything.
-  parsed = pipeline(options=cli.CliOptions(backend="tunix", run_eval=True))
-  parsed.config["training_mode"] = "agentic_grpo"
-  with pytest.raises(cli.ConfigError,
-                     match="agentic_grpo: without --run_eval"):
-    parsed.run_grpo_trainer()
-
-
 def test_options_validation(cli):
   with pytest.raises(cli.ConfigError, match="tunix,|one of"):
     cli.CliOptions(backend="pathways")

@@ -86,8 +86,6 @@ def test_turns_stop_at_any_token_but_a_digit_letter():
     (dict(learner="agentic_grpo"), "goes with --learner=agentic_grpo"),
     (dict(learner="agentic_grpo", dataset="calc", num_iterations=2),
      "--num_iterations > 1"),
-    (dict(learner="agentic_grpo", dataset="calc", eval_every=1),
-     "--eval_every"),
     # vLLM on CPU/GPU runs (tests/engines/test_vllm_agentic.py); on TPU not
     # yet.
     (dict(learner="agentic_grpo", dataset="calc", engine="vllm_tpu"),
@@ -104,6 +102,19 @@ def test_several_updates_per_batch_are_accepted_disaggregated():
                                batch_size=4, mini_batch_size=2,
                                backend="mcjax_da", max_staleness=0)
   assert cfg.mini_batch_size == 2
+
+
+@pytest.mark.parametrize("backend", ["mcjax", "mcjax_da"])
+def test_evaluation_needs_two_prompts_per_host(backend):
+  # tests/test_agentic_equivalence.py evaluates at 2 per host; at 1 Tunix
+  # computes the log-probs on its rollout thread, beside the evaluation.
+  flags = dict(learner="agentic_grpo", dataset="calc", batch_size=6,
+               eval_every=1, backend=backend, max_staleness=0)
+  grpo_job.check_job(grpo_job.GrpoJobConfig(**flags), num_hosts=3,
+                     devices_per_host=1)
+  with pytest.raises(Exception, match="at least 2 prompts per host"):
+    grpo_job.check_job(grpo_job.GrpoJobConfig(**flags), num_hosts=6,
+                       devices_per_host=1)
 
 
 @pytest.mark.parametrize("backend", ["mcjax", "mcjax_da"])

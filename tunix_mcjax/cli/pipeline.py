@@ -379,15 +379,11 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     if not (self.options.deals_prompts or self.options.run_eval):
       return super().run_grpo_trainer()
     mode = self.config.get("training_mode", "grpo")
-    # Tunix's _run builds either learner after the same dataset call; the
-    # agentic one gets no test split (rules.agentic_job refuses --run_eval).
-    if mode not in rules.TRAINING_MODES or (
-        self.agentic and self.options.run_eval):
+    # Tunix's _run builds either learner after the same dataset call.
+    if mode not in rules.TRAINING_MODES:
       raise ConfigError(
           f"training_mode={mode!r} cannot deal prompts over hosts or run"
-          " --run_eval; use training_mode=grpo"
-          + (" (agentic_grpo: without --run_eval)." if self.agentic else ".")
-      )
+          " --run_eval; use training_mode=grpo.")
     real = tunix_cli.pipeline_module("data_lib")
     with tunix_cli.replaced_calls(
         data_lib={
@@ -397,11 +393,14 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
         }
     ), (
         tunix_cli.learner_with_eval(_LazyIterable(lambda: self._eval_ds))
-        if self.options.run_eval else contextlib.nullcontext()
-    ), (
-        # Reports finished groups (mcjax_da's off-policy schedule).
-        agentic_learner.rebound() if self.agentic
+        if self.options.run_eval and not self.agentic
         else contextlib.nullcontext()
+    ), (
+        # Reports groups and evaluation passes (agent_turns); evaluates on
+        # the test split with --run_eval.
+        agentic_learner.rebound(
+            _LazyIterable(lambda: self._eval_ds) if self.options.run_eval
+            else None) if self.agentic else contextlib.nullcontext()
     ):
       return super().run_grpo_trainer()
 

@@ -27,10 +27,21 @@ own batch on every host. Two private parts of the learner are involved:
   With pinned turns a sync cannot change an episode's policy, and the wait
   would deadlock: Tunix takes the lock for a new episode on its event-loop
   thread, which then stops every episode the sync waits for. Where the
-  cluster pins turns (`observe_agent_groups()` is True) the lock is one
-  that never waits.
+  cluster pins turns (`observe_groups()` is True) the lock is one that
+  never waits.
 
-`learner_class()` is the subclass; `rebound()` makes Tunix's CLI build it.
+Evaluation: Tunix numbers an evaluation pass's groups like the training
+step's (from global_steps x batch) and generates them with mode TRAIN,
+while the training producer may still run. Its evaluation calls
+`_orchestrator_producer` with the prompts as a list: the subclass numbers
+those groups from `EVAL_GROUP_OFFSET` (group k of the pass: the k-th
+evaluation prompt, through `_create_agent_env_pair`), so that the cluster
+keys their turns by evaluation identities, and holds the cluster's
+`agent_turns.evaluation()` while the pass runs.
+
+The cluster side is its `agent_turns` (`tunix_mcjax.agent_turns`), where
+it has one. `learner_class()` is the subclass; `rebound()` makes Tunix's
+CLI build it.
 """
 
 from __future__ import annotations
@@ -41,6 +52,10 @@ import functools
 from typing import Any
 
 MODULE = "tunix.rl.agentic.agentic_grpo_learner"
+# Evaluation groups' ids (module doc); training ids stay far below.
+EVAL_GROUP_OFFSET = 2**40
+# The key that carries an evaluation prompt's index to its agents.
+_EVAL_INDEX = "_tunix_mcjax_eval_index"
 
 
 class _NoWaitSyncLock:
@@ -61,8 +76,8 @@ class _NoWaitSyncLock:
 
 @functools.cache
 def learner_class() -> type[Any]:
-  """Tunix's agentic `GRPOLearner`, reporting finished groups to its
-  cluster (`agent_group_done`, where the cluster has it)."""
+  """Tunix's agentic `GRPOLearner`, reporting finished groups and
+  evaluation passes to its cluster's `agent_turns` (module doc)."""
   from tunix.rl.agentic import agentic_grpo_learner  # pylint: disable=g-import-not-at-top
 
   class McJaxAgenticGRPOLearner(agentic_grpo_learner.GRPOLearner):
@@ -70,28 +85,59 @@ def learner_class() -> type[Any]:
 
     def __init__(self, *args: Any, **kwargs: Any):
       super().__init__(*args, **kwargs)
-      observe = getattr(self.rl_cluster, "observe_agent_groups", None)
-      if observe is not None and observe():
+      turns = getattr(self.rl_cluster, "agent_turns", None)
+      if turns is not None and turns.observe_groups():
         self._rollout_sync_lock = _NoWaitSyncLock()
 
-    async def _orchestrator_producer(self, *args: Any, **kwargs: Any):
-      done = getattr(self.rl_cluster, "agent_group_done", None)
-      async for group in super()._orchestrator_producer(*args, **kwargs):
-        if done is not None:
-          done()
-        yield group
+    async def _orchestrator_producer(self, orchestrator: Any,
+                                     prompt_iterator: Any, *args: Any,
+                                     **kwargs: Any):
+      turns = getattr(self.rl_cluster, "agent_turns", None)
+      evaluating = isinstance(prompt_iterator, list)
+      if evaluating:
+        prompt_iterator = [{**p, _EVAL_INDEX: i}
+                           for i, p in enumerate(prompt_iterator)]
+      with (turns.evaluation() if evaluating and turns is not None
+            else contextlib.nullcontext()):
+        async for group in super()._orchestrator_producer(
+            orchestrator, prompt_iterator, *args, **kwargs):
+          if turns is not None and not evaluating:
+            turns.group_done()
+          yield group
+
+    def _create_agent_env_pair(self, single_example: Any, group_id: int,
+                               pair_index: int) -> Any:
+      # A copy for this agent (Tunix deep-copies the prompt per pair).
+      index = single_example.pop(_EVAL_INDEX, None)
+      if index is not None:
+        group_id = EVAL_GROUP_OFFSET + index
+      return super()._create_agent_env_pair(single_example, group_id,
+                                            pair_index)
 
   return McJaxAgenticGRPOLearner
 
 
 @contextlib.contextmanager
-def rebound() -> Iterator[None]:
+def rebound(eval_ds: Any = None) -> Iterator[None]:
   """Inside the block, `agentic_grpo_learner.GRPOLearner` (the name Tunix's
-  CLI imports when it builds the agentic learner) is `learner_class()`."""
+  CLI imports when it builds the agentic learner) is `learner_class()`;
+  with `eval_ds`, one whose `train` evaluates on it (Tunix's `_run` trains
+  the agentic learner without its test split)."""
   from tunix.rl.agentic import agentic_grpo_learner  # pylint: disable=g-import-not-at-top
 
+  cls = learner_class()
+  if eval_ds is not None:
+
+    class WithEval(cls):
+
+      def train(self, train_dataset, eval_dataset=None, skip_jit=False):
+        return super().train(
+            train_dataset, eval_ds if eval_dataset is None else eval_dataset,
+            skip_jit)
+
+    cls = WithEval
   saved = agentic_grpo_learner.GRPOLearner
-  agentic_grpo_learner.GRPOLearner = learner_class()
+  agentic_grpo_learner.GRPOLearner = cls
   try:
     yield
   finally:

@@ -208,24 +208,40 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
         module="tunix.rl.agentic.agentic_rl_learner",
         attr="AgenticRLLearner._orchestrator_producer",
         wrapper="compat.agentic_learner.learner_class",
-        why="yields each finished trajectory group: the moment the next"
-        " batch's agents may start (agent_turns' off-policy schedule).",
+        why="yields each finished group (agent_turns' off-policy schedule).",
     ),
     TouchPoint(
         module="tunix.rl.agentic.agentic_rl_learner",
         attr="AgenticRLLearner._build_orchestrator",
         kind="source", needle="rollout_sync_lock=self._rollout_sync_lock",
         wrapper="compat.agentic_learner.learner_class",
-        why="the lock that holds weight syncs until no episode runs,"
-        " replaced by one that never waits where turns are pinned to"
-        " their policy version.",
+        why="the weight-sync lock, replaced where turns are pinned.",
+    ),
+    TouchPoint(
+        module="tunix.rl.agentic.agentic_rl_learner",
+        attr="AgenticRLLearner.train", kind="source",
+        needle="self.rl_cluster.buffer_metrics(",
+        wrapper="compat (McJaxDaRLCluster.buffer_metrics)",
+        why="buffered right after each sync (logs the step): agent_turns.",
+    ),
+    TouchPoint(
+        module="tunix.rl.agentic.agentic_rl_learner",
+        attr="AgenticRLLearner._create_agent_env_pair",
+        wrapper="compat.agentic_learner.learner_class",
+        why="each agent's group id: evaluation groups get their own.",
+    ),
+    TouchPoint(
+        module="tunix.rl.agentic.agentic_rl_learner",
+        attr="AgenticRLLearner.train", kind="source",
+        needle="all_eval_prompts,",
+        wrapper="compat.agentic_learner.learner_class",
+        why="evaluation passes its prompts as a list (all_eval_prompts).",
     ),
     TouchPoint(
         module="tunix.cli.grpo_main", attr="GrpoPipeline._run",
         kind="source", needle="agentic_grpo_learner import GRPOLearner",
         wrapper="compat.agentic_learner.rebound",
-        why="the agentic learner class Tunix's CLI builds, rebound to"
-        " learner_class() (imported at call time).",
+        why="the agentic learner class Tunix's CLI builds (call time).",
     ),
     # --- tunix.generate.sampler: the native engine's sampling step --------
     TouchPoint(

@@ -72,6 +72,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import dataclasses
 import functools
 import math
+import threading
 from typing import Any
 
 from flax import nnx
@@ -245,6 +246,7 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
     # Whether Tunix's agentic learner drives this cluster (its first turn).
     self._agentic = False
     self.agent_turn_lag = da.max_staleness
+    self._synced = False  # A weight sync whose metrics are not logged yet.
     super().__init__(**kwargs)
     if self._restored:
       # Version = global step: the learner's staleness check (global step
@@ -283,16 +285,6 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
         max_staleness=self.da.max_staleness, upcoming=self._upcoming,
         pinned_turns=lambda: self.agent_turns.current_turns())
 
-  # --- Tunix's agentic learner's producer (compat.agentic_learner) ------------
-
-  def observe_agent_groups(self) -> bool:
-    """The learner reports finished groups; True: its weight syncs need
-    not wait for running episodes (their turns are pinned)."""
-    self.agent_turns.observe_groups()
-    return self.da.max_staleness >= 1
-
-  def agent_group_done(self) -> None:
-    self.agent_turns.group_done()
 
   # --- resume ------------------------------------------------------------------
 
@@ -532,7 +524,16 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
 
   def sync_weights(self):
     super().sync_weights()
-    self.agent_turns.synced()
+    self._synced = True
+
+  def buffer_metrics(self, metrics, mode=Mode.TRAIN):
+    super().buffer_metrics(metrics, mode=mode)
+    if self._synced and threading.current_thread() is threading.main_thread():
+      # Tunix's agentic learner buffers its step's metrics right after the
+      # sync, which logs the step (a cross-host gather): only then may its
+      # rollout thread's log-probs of the next batch go (`agent_turns`).
+      self._synced = False
+      self.agent_turns.synced()
 
   def _step_extras(self) -> dict[str, Any] | None:
     # After this step's publication: its bytes and put time.

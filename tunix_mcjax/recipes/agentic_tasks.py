@@ -45,10 +45,14 @@ def _text(x: Any) -> str:
   return str(arr[0]) if arr.size else ""
 
 
-def calc_dataset(*, num_batches: int, batch_size: int,
-                 seed: int) -> list[dict[str, np.ndarray]]:
+# The evaluation set's first `prompt_index` (the dumps tell its episodes).
+EVAL_FIRST_INDEX = 10**6
+
+
+def calc_dataset(*, num_batches: int, batch_size: int, seed: int,
+                 first_index: int = 0) -> list[dict[str, np.ndarray]]:
   """Global batches of "xy:" prompts, their answers; `prompt_index`
-  numbers the prompts."""
+  numbers the prompts from `first_index`."""
   if batch_size < 1 or num_batches < 1:
     raise ValueError(
         f"batch_size and num_batches must be >= 1, got {batch_size},"
@@ -63,7 +67,8 @@ def calc_dataset(*, num_batches: int, batch_size: int,
         # The letter turn 2 is scored against (the environment computes it
         # with the calculator; kept here for readers of the data).
         "answer": np.asarray([CALC_DIGITS[(x + y) % 10] for x, y in pairs]),
-        "prompt_index": np.arange(b * batch_size, (b + 1) * batch_size),
+        "prompt_index": first_index + np.arange(b * batch_size,
+                                                (b + 1) * batch_size),
     })
   return batches
 
@@ -199,7 +204,6 @@ def check_job_config(cfg: Any) -> None:
       f"--engine={cfg.engine}": cfg.engine not in ("native", "vanilla",
                                                    "vllm"),
       "--num_iterations > 1": cfg.num_iterations != 1,
-      "--eval_every": cfg.eval_every is not None,
       "--max_seq_token_per_tpu": cfg.max_seq_token_per_tpu is not None,
       "--lora_rank": cfg.lora_rank is not None,
       "--max_concurrency < 1": cfg.max_concurrency < 1,

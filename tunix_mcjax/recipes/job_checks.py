@@ -161,6 +161,15 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
       problem = rules.global_batch(f"--{name}", value, num_hosts)
       if problem is not None:
         problems.append(problem.message)
+  micro = cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size
+  if (cfg.learner == "agentic_grpo" and cfg.eval_every is not None
+      and cfg.backend != "tunix" and micro < 2 * num_hosts):
+    # Tunix then computes the training log-probs on its rollout thread,
+    # beside the evaluation pass's (agent_turns).
+    problems.append(
+        f"--eval_every with --learner=agentic_grpo needs training"
+        f" micro-batches of at least 2 prompts per host (got {micro} over"
+        f" {num_hosts} hosts); raise --micro_batch_size.")
   if cfg.dataset.startswith("gsm8k:"):
     path = os.path.expanduser(cfg.dataset[len("gsm8k:"):])
     if not os.path.isfile(path):

@@ -379,8 +379,14 @@ def prepare_eval_dataset(
               for k, v in batch.items()} for j in range(num_batches)]
       return PreparedDataset(batches=out, reward_fns=[],
                              dropped=dropped, rows=len(rows))
-    batches = tasks.eval_dataset_from_spec(
-        spec, batch_size=batch_size, num_batches=num_batches, seed=seed)
+    if spec == "calc":
+      batches = agentic_tasks.calc_dataset(
+          num_batches=num_batches, batch_size=batch_size,
+          seed=seed + tasks.TOY_EVAL_SEED_OFFSET,
+          first_index=agentic_tasks.EVAL_FIRST_INDEX)
+    else:
+      batches = tasks.eval_dataset_from_spec(
+          spec, batch_size=batch_size, num_batches=num_batches, seed=seed)
   except InputError:
     raise
   except (ValueError, OSError) as e:

@@ -27,9 +27,13 @@ Why each refusal (docs/agentic.md, "How it runs on mcjax"):
   Tunix requires; with one prompt per host Tunix computes the log-probs on
   its rollout thread, which mcjax orders with the train steps
   (`agent_turns.AgentTurns.order_logps`);
-* agent turns are keyed by the learner's group ids, which its evaluation
-  numbers differently, and by the engine's per-row keys (the native
-  engine's and vLLM's per-row seeds); a resumed learner numbers its groups
+* agent turns are keyed by the learner's group ids (its evaluation groups
+  get ids of their own: `compat.agentic_learner`), and by the engine's
+  per-row keys (the native engine's and vLLM's per-row seeds); evaluation
+  (`--run_eval`) needs the training log-probs on the learner's main thread
+  (at least 2 prompts per host in a micro-batch), where an evaluation pass
+  cannot interleave with them (`agent_turns`); a resumed learner numbers
+  its groups
   from the restored step on, which admission's resume matches (resume is
   exact: tests/test_agentic_equivalence.py);
 * under the disaggregated backend the agents run on the trainer hosts and
@@ -67,6 +71,7 @@ def agentic_job(
     run_eval: bool = False,
     resume_step: int | None = None,
     max_staleness: int = 0,
+    num_hosts: int = 1,
 ) -> list[Problem]:
   """What mcjax cannot run of an agentic config; [] for another mode.
 
@@ -77,6 +82,7 @@ def agentic_job(
     run_eval: the CLI's --run_eval.
     resume_step: the CLI's --resume_step.
     max_staleness: the CLI's --max_staleness (mcjax_da).
+    num_hosts: hosts (mcjax_da: trainer hosts) the batch is dealt over.
   """
   if config.get("training_mode", "grpo") != AGENTIC_MODE:
     return []
@@ -103,9 +109,11 @@ def agentic_job(
        "agentic_grpo_config.num_iterations="
        f"{agentic.get('num_iterations')} (several updates per batch)",
        "set it to 1"),
-      (run_eval, "--run_eval (Tunix's agentic evaluation numbers its groups"
-       " like training's, which keys the agents' sampling)",
-       "drop --run_eval"),
+      (run_eval and micro < 2 * num_hosts,
+       f"--run_eval and rl_training_config.train_micro_batch_size={micro}"
+       f" over {num_hosts} hosts (below 2 prompts per host Tunix computes"
+       " the log-probs on its rollout thread, beside the evaluation pass)",
+       "raise train_micro_batch_size or drop --run_eval"),
       (bool(lora), "actor_model_config.lora_config (LoRA; not verified)",
        "remove it"),
       (training.get("max_seq_token_per_tpu") is not None,

@@ -190,7 +190,7 @@ def check_job(
       *agentic_job(config, backend=backend,
                    engine=selected_engine(engine, config),
                    run_eval=run_eval, resume_step=resume_step,
-                   max_staleness=max_staleness),
+                   max_staleness=max_staleness, num_hosts=num_hosts),
       rollout_engine(
           config.get("rollout_engine") or VANILLA_ENGINE, engine_names
       ) if engine is None else (
