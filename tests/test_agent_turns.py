@@ -14,6 +14,7 @@
 
 """Agent turns' row identities (tunix_mcjax/agent_turns.py), in process."""
 
+import contextlib
 import threading
 import time
 
@@ -264,22 +265,29 @@ def test_main_thread_log_probs_do_not_wait(monkeypatch):
   turns.order_logps(_Config(1))
 
 
-def test_a_train_step_that_never_comes_is_an_error(monkeypatch):
+@pytest.mark.parametrize("evaluating", [False, True])
+def test_a_train_step_that_never_comes_is_an_error(monkeypatch, evaluating):
   _, _, turns = _turns()
   monkeypatch.setattr(agent_turns, "ORDER_TIMEOUT_S", 0.2)
   errors = []
 
   def rollout_thread():
     try:
-      for _ in range(2):
-        turns.order_logps(_Config(1))
+      # An evaluation pass's log-probs do not wait (the main thread waits
+      # for the pass).
+      with (turns.evaluation() if evaluating else contextlib.nullcontext()):
+        for _ in range(2):
+          turns.order_logps(_Config(1))
     except RuntimeError as e:
       errors.append(str(e))
 
   t = threading.Thread(target=rollout_thread)
   t.start()
   t.join(timeout=10)
-  assert errors and "waited 0 s for the updates of the 1 groups" in errors[0]
+  if evaluating:
+    assert not errors
+  else:
+    assert errors and "waited 0 s for the updates of the 1 groups" in errors[0]
 
 
 # --- off-policy (mcjax_da, lag K = off_policy_steps) -----------------------
@@ -368,35 +376,39 @@ def test_held_agents_time_out_with_a_clear_error(monkeypatch):
     _turn(turns, _engine(row_ids), 2, 0)
 
 
-def test_turns_of_two_policies_never_share_an_engine_call():
-  _, row_ids, turns = _turns(batches=(tuple(range(8)), tuple(range(8, 16))),
-                             lag=0)
+def _queued_behind_one(turns, row_ids, first, others):
+  """Agent turns of group `first`, then `others` while the engine holds the
+  first call; each call's rows and what it saw, as (evaluating, pinned
+  (version, step), rows)."""
   calls, release, seen = [], threading.Event(), []
   engine = _engine(row_ids, calls)
 
   def run(prompts, budget):
-    seen.append(turns.current_turns())
+    seen.append((row_ids.is_evaluating, turns.current_turns()))
     if not calls:
       assert release.wait(30)
     return engine(prompts, budget)
 
-  def agent(group):
-    _turn(turns, run, group, 0)
-
-  first = threading.Thread(target=agent, args=(0,))
-  first.start()
+  threads = [threading.Thread(target=_turn, args=(turns, run, g, 0))
+             for g in (first, *others)]
+  threads[0].start()
   _wait_until(lambda: turns._busy)  # pylint: disable=protected-access
+  for t in threads[1:]:
+    t.start()
+  _wait_until(lambda: len(turns._pending) == len(others))  # pylint: disable=protected-access
+  release.set()
+  for t in threads:
+    t.join(30)
+  return sorted((*s, n) for s, (n, _) in zip(seen, calls))
+
+
+def test_turns_of_two_policies_never_share_an_engine_call():
+  _, row_ids, turns = _turns(batches=(tuple(range(8)), tuple(range(8, 16))),
+                             lag=0)
   # Step 0's group 1 and step 1's groups 8, 9 wait together (at lag 0
   # step 1 runs on version 1).
-  others = [threading.Thread(target=agent, args=(g,)) for g in (1, 8, 9)]
-  for t in others:
-    t.start()
-  _wait_until(lambda: len(turns._pending) == 3)  # pylint: disable=protected-access
-  release.set()
-  for t in [first, *others]:
-    t.join(30)
-  assert sorted(seen) == [(0, 0), (0, 0), (1, 1)]
-  assert sorted(n for n, _ in calls) == [1, 1, 2]
+  assert _queued_behind_one(turns, row_ids, 0, (1, 8, 9)) == [
+      (False, (0, 0), 1), (False, (0, 0), 1), (False, (1, 1), 2)]
 
 
 def test_off_policy_log_probs_also_wait_for_the_weight_sync():
@@ -453,45 +465,6 @@ def test_an_evaluation_turn_without_admitted_rows_is_an_error():
 def test_evaluation_and_training_turns_never_share_an_engine_call():
   _, row_ids, turns = _turns(batches=(tuple(range(8)),))
   _with_eval_prompts(row_ids)
-  calls, release, evaluating = [], threading.Event(), []
-  engine = _engine(row_ids, calls)
-
-  def run(prompts, budget):
-    evaluating.append(row_ids.is_evaluating)
-    if not calls:
-      assert release.wait(30)
-    return engine(prompts, budget)
-
-  first = threading.Thread(target=_turn, args=(turns, run, 0, 0))
-  first.start()
-  _wait_until(lambda: turns._busy)  # pylint: disable=protected-access
-  others = [threading.Thread(target=_turn, args=(turns, run, g, 0))
-            for g in (1, _EVAL, _EVAL + 1)]
-  for t in others:
-    t.start()
-  _wait_until(lambda: len(turns._pending) == 3)  # pylint: disable=protected-access
-  release.set()
-  for t in [first, *others]:
-    t.join(30)
   # Training turns outside the evaluation ledger, evaluation ones inside.
-  assert sorted(zip(evaluating, (n for n, _ in calls))) == [
-      (False, 1), (False, 1), (True, 2)]
-
-
-def test_log_probs_of_an_evaluation_pass_do_not_wait(monkeypatch):
-  _, _, turns = _turns()
-  monkeypatch.setattr(agent_turns, "ORDER_TIMEOUT_S", 0.2)
-  errors = []
-
-  def rollout_thread():
-    try:
-      with turns.evaluation():
-        for _ in range(3):  # No update ever: outside a pass these wait.
-          turns.order_logps(_Config(1))
-    except RuntimeError as e:
-      errors.append(e)
-
-  t = threading.Thread(target=rollout_thread)
-  t.start()
-  t.join(10)
-  assert not errors
+  assert _queued_behind_one(turns, row_ids, 0, (1, _EVAL, _EVAL + 1)) == [
+      (False, None, 1), (False, None, 1), (True, None, 2)]
