@@ -19,10 +19,10 @@ agentic learner (0.1.7) generates the next K batches while its consumer
 trains. mcjax fixes that schedule (`agent_turns`): every agent turn runs on
 the policy its batch is pinned to, and a batch's agents start only once
 every group of the batch before has ended, so each step trains exactly its
-own batch on every host. Two private parts of the learner are involved:
+own batch on every host. The learner's private parts involved:
 
 - `_orchestrator_producer` yields each finished group (G episodes of one
-  prompt); the subclass tells the cluster (`agent_group_done`).
+  prompt); the subclass tells the cluster (`agent_turns.group_done`).
 - `_rollout_sync_lock` makes a weight sync wait until no episode runs.
   With pinned turns a sync cannot change an episode's policy, and the wait
   would deadlock: Tunix takes the lock for a new episode on its event-loop
