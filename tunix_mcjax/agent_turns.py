@@ -419,7 +419,7 @@ class AgentTurns:
     entries = self._fixed_ids.evaluation.entries
     rows = (np.concatenate([e.row_ids for e in entries]) if entries
             else np.zeros((0, 2), np.int64))
-    num_generations = int(rows[:, 1].max()) + 1 if len(rows) else 1
+    num_generations = self._num_generations()  # As in training.
     if index * num_generations + pair >= len(rows):
       raise RuntimeError(
           f"Evaluation agent {index}, pair {pair}: admission recorded"

@@ -62,7 +62,6 @@ from tunix_mcjax.cli import data
 from tunix_mcjax.cli import maxtext_actor
 from tunix_mcjax.cli.options import CliOptions
 from tunix_mcjax.cli.options import ConfigError
-from tunix_mcjax.compat import agentic_learner
 from tunix_mcjax.compat import tunix_cli
 from tunix_mcjax.telemetry import stock as telemetry_stock
 
@@ -398,7 +397,7 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     ), (
         # Reports groups and evaluation passes (agent_turns); evaluates on
         # the test split with --run_eval.
-        agentic_learner.rebound(
+        tunix_cli.agentic_learner(
             _LazyIterable(lambda: self._eval_ds) if self.options.run_eval
             else None) if self.agentic else contextlib.nullcontext()
     ):

@@ -40,13 +40,12 @@ keys their turns by evaluation identities, and holds the cluster's
 `agent_turns.evaluation()` while the pass runs.
 
 The cluster side is its `agent_turns` (`tunix_mcjax.agent_turns`), where
-it has one. `learner_class()` is the subclass; `rebound()` makes Tunix's
-CLI build it.
+it has one. `learner_class()` is the subclass; Tunix's CLI builds it inside
+`compat.tunix_cli.agentic_learner()`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import contextlib
 import functools
 from typing import Any
@@ -115,30 +114,3 @@ def learner_class() -> type[Any]:
                                             pair_index)
 
   return McJaxAgenticGRPOLearner
-
-
-@contextlib.contextmanager
-def rebound(eval_ds: Any = None) -> Iterator[None]:
-  """Inside the block, `agentic_grpo_learner.GRPOLearner` (the name Tunix's
-  CLI imports when it builds the agentic learner) is `learner_class()`;
-  with `eval_ds`, one whose `train` evaluates on it (Tunix's `_run` trains
-  the agentic learner without its test split)."""
-  from tunix.rl.agentic import agentic_grpo_learner  # pylint: disable=g-import-not-at-top
-
-  cls = learner_class()
-  if eval_ds is not None:
-
-    class WithEval(cls):
-
-      def train(self, train_dataset, eval_dataset=None, skip_jit=False):
-        return super().train(
-            train_dataset, eval_ds if eval_dataset is None else eval_dataset,
-            skip_jit)
-
-    cls = WithEval
-  saved = agentic_grpo_learner.GRPOLearner
-  agentic_grpo_learner.GRPOLearner = cls
-  try:
-    yield
-  finally:
-    agentic_grpo_learner.GRPOLearner = saved

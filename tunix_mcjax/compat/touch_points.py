@@ -240,7 +240,7 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(
         module="tunix.cli.grpo_main", attr="GrpoPipeline._run",
         kind="source", needle="agentic_grpo_learner import GRPOLearner",
-        wrapper="compat.agentic_learner.rebound",
+        wrapper="compat.tunix_cli.agentic_learner",
         why="the agentic learner class Tunix's CLI builds (call time).",
     ),
     # --- tunix.generate.sampler: the native engine's sampling step --------

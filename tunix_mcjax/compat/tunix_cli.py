@@ -158,17 +158,37 @@ def learner_with_eval(eval_ds: Any) -> Iterator[None]:
   """
   from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
 
-  base = grpo_learner.GrpoLearner
+  with _rebound(grpo_learner, {"GrpoLearner": _training_with(
+      grpo_learner.GrpoLearner, eval_ds)}):
+    yield
 
-  class _LearnerWithEval(base):
+
+@contextlib.contextmanager
+def agentic_learner(eval_ds: Any = None) -> Iterator[None]:
+  """Inside the block, the agentic learner `_run` builds
+  (`agentic_grpo_learner.GRPOLearner`, imported at call time) is
+  `compat.agentic_learner.learner_class()`; with `eval_ds`, one whose
+  `train` evaluates on it (`_run` trains without its test split)."""
+  from tunix.rl.agentic import agentic_grpo_learner  # pylint: disable=g-import-not-at-top
+  from tunix_mcjax.compat import agentic_learner as agentic  # pylint: disable=g-import-not-at-top
+
+  cls = agentic.learner_class()
+  with _rebound(agentic_grpo_learner, {"GRPOLearner": cls if eval_ds is None
+                                       else _training_with(cls, eval_ds)}):
+    yield
+
+
+def _training_with(cls: type[Any], eval_ds: Any) -> type[Any]:
+  """A subclass of learner `cls` whose `train` passes `eval_ds` when the
+  caller gives none."""
+
+  class LearnerWithEval(cls):
 
     def train(self, train_ds, eval_ds_=None, skip_jit=False):
       return super().train(
-          train_ds, eval_ds if eval_ds_ is None else eval_ds_, skip_jit
-      )
+          train_ds, eval_ds if eval_ds_ is None else eval_ds_, skip_jit)
 
-  with _rebound(grpo_learner, {"GrpoLearner": _LearnerWithEval}):
-    yield
+  return LearnerWithEval
 
 
 def run_main(argv: Sequence[str], pipeline_cls: Callable[..., Any]) -> None:

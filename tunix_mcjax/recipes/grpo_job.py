@@ -386,8 +386,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
       # The agentic learner then computes log-probs where it trains (on its
       # main thread, as mcjax needs: agent_turns).
       compute_logps_micro_batch_size=(
-          (cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size)
-          if cfg.learner == "agentic_grpo" else None),
+          cfg.micro_prompts() if cfg.learner == "agentic_grpo" else None),
       max_seq_token_per_tpu=cfg.max_seq_token_per_tpu,
       **batch_sharding,
       # Tunix's trainer saves (and restores) the actor; mcjax adds the resume

@@ -161,7 +161,7 @@ def check_job(cfg: GrpoJobConfig, *, num_hosts: int,
       problem = rules.global_batch(f"--{name}", value, num_hosts)
       if problem is not None:
         problems.append(problem.message)
-  micro = cfg.micro_batch_size or cfg.mini_batch_size or cfg.batch_size
+  micro = cfg.micro_prompts()
   if (cfg.learner == "agentic_grpo" and cfg.eval_every is not None
       and cfg.backend != "tunix" and micro < 2 * num_hosts):
     # Tunix then computes the training log-probs on its rollout thread,

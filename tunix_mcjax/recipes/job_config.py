@@ -504,12 +504,9 @@ class GrpoJobConfig:
           " (Tunix's DAPOConfig requires beta=None); set --beta=0."
       )
     if self.micro_batch_size is not None and self.mini_batch_size is None:
-      raise ValueError(
-          "micro_batch_size needs mini_batch_size (as in Tunix's"
-          " RLTrainingConfig); set --mini_batch_size."
-      )
-    mini = self.mini_batch_size or self.batch_size
-    micro = self.micro_batch_size or mini
+      raise ValueError("micro_batch_size needs mini_batch_size (as in Tunix's"
+                       " RLTrainingConfig); set --mini_batch_size.")
+    mini, micro = self.mini_batch_size or self.batch_size, self.micro_prompts()
     for name, value, whole in (("mini_batch_size", mini, self.batch_size),
                                ("micro_batch_size", micro, mini)):
       if value < 1 or whole % value:
@@ -570,6 +567,10 @@ class GrpoJobConfig:
   def updates_per_batch(self) -> int:
     """Optimizer updates per global batch (Tunix counts max_steps in them)."""
     return self.batch_size // (self.mini_batch_size or self.batch_size)
+
+  def micro_prompts(self) -> int:
+    """Global prompts per training micro-batch (as Tunix defaults it)."""
+    return self.micro_batch_size or self.mini_batch_size or self.batch_size
 
   def lora_alpha_value(self) -> float | None:
     """LoRA alpha (defaults to the rank); None without LoRA."""
