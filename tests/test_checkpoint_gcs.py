@@ -42,6 +42,7 @@ import example_runs
 import fake_gcs
 import hand_checkpoints
 import launch_utils
+import zygote
 from tunix_mcjax import checkpointing
 
 _BUCKET = "bucket"
@@ -168,8 +169,8 @@ def _command(out: pathlib.Path, root: str, *args: str) -> list[str]:
 def _run(server: fake_gcs.FakeGcs, cmd: list[str], *, expect_rc: int = 0
          ) -> subprocess.CompletedProcess[str]:
   launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=launch_utils.launcher_env(server.env()),
-                        capture_output=True, text=True, timeout=_TIMEOUT_S)
+  proc = zygote.run(cmd, env=launch_utils.launcher_env(server.env()),
+                    capture_output=True, text=True, timeout=_TIMEOUT_S)
   assert proc.returncode == expect_rc, (
       proc.stdout[-4000:] + proc.stderr[-4000:])
   return proc

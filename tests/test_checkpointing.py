@@ -42,6 +42,7 @@ import pytest
 import example_runs
 import hand_checkpoints
 import launch_utils
+import zygote
 from tunix_mcjax import admission
 from tunix_mcjax import checkpointing
 
@@ -67,8 +68,8 @@ def _command(out: pathlib.Path, ckpt: pathlib.Path, *args: str) -> list[str]:
 def _run(cmd: list[str], *, expect_rc: int = 0
          ) -> subprocess.CompletedProcess[str]:
   launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=launch_utils.launcher_env(),
-                        capture_output=True, text=True, timeout=_TIMEOUT_S)
+  proc = zygote.run(cmd, env=launch_utils.launcher_env(),
+                    capture_output=True, text=True, timeout=_TIMEOUT_S)
   assert proc.returncode == expect_rc, (
       proc.stdout[-4000:] + proc.stderr[-4000:])
   return proc
@@ -260,7 +261,7 @@ def test_example_refuses_an_unwritable_directory_before_hosts_start(
     tmp_path):
   blocker = tmp_path / "a_file"
   blocker.write_text("")
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, str(example_runs.EXAMPLE), "--num_hosts=2",
        "--devices_per_host=1", "--batch_size=2", "--num_generations=2",
        f"--checkpoint_dir={blocker}/ckpt"],
@@ -563,7 +564,7 @@ def test_example_refuses_a_corrupt_checkpoint_before_hosts_start(
   for args, says in (((), f"{path} is truncated"),
                      (("--resume_step=3",),
                       "its complete checkpoints are steps 2, 4.")):
-    proc = subprocess.run(
+    proc = zygote.run(
         [*base, *args], env=launch_utils.launcher_env(), capture_output=True,
         text=True, timeout=120)
     err = proc.stderr.strip()

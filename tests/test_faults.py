@@ -36,6 +36,7 @@ import time
 
 import example_runs
 import launch_utils
+import zygote
 import pytest
 
 from tunix_mcjax import runtime
@@ -63,7 +64,7 @@ class _RunningJob:
     self.err_file = tmp_path / "err.txt"
     with open(tmp_path / "out.txt", "w") as out, \
         open(self.err_file, "w") as err:
-      self.proc = subprocess.Popen(
+      self.proc = zygote.popen(
           [sys.executable, str(EXAMPLE), *_TINY, "--steps=500",
            f"--metrics_out={self.metrics}", "--timeout=500", *flags],
           env=launch_utils.launcher_env(), stdout=out, stderr=err)
@@ -181,7 +182,7 @@ def test_without_a_launcher_a_killed_host_ends_the_others_naming_it(tmp_path):
   try:
     for i in range(2):
       with open(tmp_path / f"host{i}.txt", "w") as out:
-        hosts.append(subprocess.Popen(
+        hosts.append(zygote.popen(
             [sys.executable, str(EXAMPLE), *_TINY[:1], *_TINY[3:],
              "--steps=500", f"--metrics_out={metrics}"],
             env={**env, runtime.ENV_HOST_ID: str(i)}, stdout=out,
@@ -213,7 +214,7 @@ def test_without_a_launcher_a_killed_host_ends_the_others_naming_it(tmp_path):
 
 
 def _run_example(*args: str) -> subprocess.CompletedProcess[str]:
-  return subprocess.run(
+  return zygote.run(
       [sys.executable, str(EXAMPLE), *args], env=launch_utils.launcher_env(),
       capture_output=True, text=True, timeout=300, check=False)
 

@@ -33,7 +33,6 @@ of ~70k entries; this run (LoRA: only the adapters train), 1.1e-6 in 1 of
 """
 
 import json
-import subprocess
 import sys
 
 import numpy as np
@@ -44,6 +43,7 @@ from tunix_mcjax.recipes import grpo_job
 
 import example_runs
 import launch_utils
+import zygote
 
 HSDP_PARAM_TOLERANCE = example_runs.DEVICE_COUNT_PARAM_TOLERANCE
 
@@ -163,7 +163,7 @@ def test_tiny_dims_match_the_tiny_model():
 
 
 def test_example_refuses_before_hosts_start(tmp_path):
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, str(example_runs.EXAMPLE), "--backend=mcjax",
        "--num_hosts=3", "--devices_per_host=2", "--mesh=fsdp",
        "--batch_size=6", f"--dump_dir={tmp_path}"],

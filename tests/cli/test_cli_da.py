@@ -39,7 +39,6 @@ subprocess shows a refusal costs no Ray start.
 import json
 import pathlib
 import pickle
-import subprocess
 import sys
 
 import numpy as np
@@ -48,6 +47,7 @@ import pytest
 import base_config_fixture
 import cli_runs
 import launch_utils
+import zygote
 
 REWARDS = pathlib.Path(__file__).with_name("reward_recorder.py")
 BATCH, STEPS, GENERATIONS = 4, 2, 2
@@ -79,7 +79,7 @@ def da_inputs(tmp_path_factory):
 def _cli_run(inputs, base_config, out: pathlib.Path, *args: str):
   env = cli_runs.cli_env(out, base_config)
   model = inputs["model"]
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
        "model_config.model_name=qwen3-tiny", f"model_config.model_id={model}",
        "model_config.model_source=huggingface",
@@ -380,7 +380,7 @@ def test_model_sources():
 def test_refused_before_anything_starts(base_config):
   env = launch_utils.launcher_env({"JAX_PLATFORMS": "cpu",
                                    "TUNIX_BASE_CONFIG": str(base_config)})
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
        *base_config_fixture.COLOCATED, "--backend=mcjax_da",
        "--devices_per_host=2"],

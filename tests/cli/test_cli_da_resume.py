@@ -44,6 +44,7 @@ import pytest
 
 import cli_runs
 import launch_utils
+import zygote
 from tunix_mcjax import checkpointing
 from cli.test_cli_da import ACTOR_MESH, REWARDS
 
@@ -202,8 +203,8 @@ def test_a_da_resume_with_another_config_is_refused_before_hosts_start(
   # The job's own keys (a learning rate) and the DA schedule's (staleness).
   cmd = [a.replace("learning_rate=0.001", "learning_rate=0.002")
          .replace("--max_staleness=0", "--max_staleness=1") for a in cmd]
-  proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=_TIMEOUT_S)
+  proc = zygote.run(cmd, env=env, cwd=cwd, capture_output=True,
+                    text=True, timeout=_TIMEOUT_S)
   assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
   assert "cannot run with --backend=mcjax_da" in proc.stderr, proc.stderr
   assert "was written with another configuration" in proc.stderr

@@ -24,7 +24,6 @@
   (the update would not be the single controller's).
 """
 
-import subprocess
 import sys
 
 from absl import flags
@@ -32,6 +31,7 @@ import pytest
 
 import base_config_fixture
 import launch_utils
+import zygote
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_tunix_vllm_keys_are_refused_before_hosts_start(base_config):
   # it does not take ends the command before any host starts.
   env = launch_utils.launcher_env({"JAX_PLATFORMS": "cpu"})
   env["TUNIX_BASE_CONFIG"] = str(base_config)
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "base_config.yaml",
        *base_config_fixture.COLOCATED, "rollout_engine=vllm",
        "rollout_config.rollout_vllm_logprobs_mode=raw_logprobs",

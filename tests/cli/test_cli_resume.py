@@ -41,6 +41,7 @@ import pytest
 import cli_runs
 import hand_checkpoints
 import launch_utils
+import zygote
 from tunix_mcjax import checkpointing
 from cli.test_grpo_main import inputs  # pylint: disable=unused-import
 from cli.test_grpo_main import RECIPE, REWARDS, MAX_PROMPT, TRAIN_POSITIONS
@@ -259,8 +260,8 @@ def test_a_resume_with_another_config_is_refused_before_hosts_start(
   # The job's own keys: a learning rate, and the group size G.
   cmd = [a.replace("peak_value=0.05", "peak_value=0.07") for a in cmd]
   cmd.append("grpo_config.num_generations=2")
-  proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=_TIMEOUT_S)
+  proc = zygote.run(cmd, env=env, cwd=cwd, capture_output=True,
+                    text=True, timeout=_TIMEOUT_S)
   assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
   assert "was written with another configuration" in proc.stderr, proc.stderr
   assert "actor_optimizer_config: peak_value: checkpoint 0.05, now 0.07" in (

@@ -59,6 +59,7 @@ import pytest
 
 import launch_utils
 import tiny_checkpoint
+import zygote
 
 REPO = launch_utils.REPO_ROOT
 RECIPE = REPO / "examples" / "rl" / "grpo" / "gsm8k" / "run_qwen3.sh"
@@ -166,7 +167,7 @@ def _recipe(inputs, out: pathlib.Path, backend: str, *extra: str):
   work = out / "cwd"  # Anything written to a relative path lands here.
   work.mkdir()
   t0 = time.monotonic()
-  proc = subprocess.run(
+  proc = zygote.run(
       ["bash", str(RECIPE), *args], env=env, cwd=work, capture_output=True,
       text=True, timeout=900,
   )
@@ -379,7 +380,7 @@ def _cli(*args: str, base_config: pathlib.Path | None,
   env.pop("TUNIX_BASE_CONFIG", None)
   if base_config is not None:
     env["TUNIX_BASE_CONFIG"] = str(base_config)
-  return subprocess.run(
+  return zygote.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", *args],
       env=env, capture_output=True, text=True, timeout=timeout,
   )

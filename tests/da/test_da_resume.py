@@ -53,6 +53,7 @@ import pytest
 import example_runs
 import existing_ray
 import launch_utils
+import zygote
 from tunix_mcjax import checkpointing
 from tunix_mcjax.da import options as da_options
 
@@ -81,8 +82,8 @@ def _command(out: pathlib.Path, *args: str) -> list[str]:
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
   """Runs a job to the end; its stdout and stderr."""
   launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=env or launch_utils.launcher_env(),
-                        capture_output=True, text=True, timeout=_TIMEOUT_S)
+  proc = zygote.run(cmd, env=env or launch_utils.launcher_env(),
+                    capture_output=True, text=True, timeout=_TIMEOUT_S)
   assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
   return proc.stdout + proc.stderr
 
@@ -95,8 +96,8 @@ def _run_trainer_killed(cmd: list[str], out: pathlib.Path,
   metrics = out / "metrics.jsonl"
   log_path = out.parent / f"{out.name}_killed.log"
   with open(log_path, "w") as log:
-    proc = subprocess.Popen(cmd, env=cluster.job_env(),
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = zygote.popen(cmd, env=cluster.job_env(),
+                        stdout=log, stderr=subprocess.STDOUT)
     killed_at = kill_time = None
     deadline = time.monotonic() + _TIMEOUT_S
     try:
@@ -134,16 +135,16 @@ def _run_together(first: list[str], second: list[str],
   deadline = time.monotonic() + _TIMEOUT_S
   try:
     with open(logs[0], "w") as log0, open(logs[1], "w") as log1:
-      procs.append(subprocess.Popen(first, env=cluster.job_env(),
-                                    stdout=log0, stderr=subprocess.STDOUT))
+      procs.append(zygote.popen(first, env=cluster.job_env(),
+                                stdout=log0, stderr=subprocess.STDOUT))
       while any(p.poll() is None for p in procs) and (
           time.monotonic() < deadline):
         rollouts = len(cluster.worker_pids("RolloutHost"))
         most_rollouts = max(most_rollouts, rollouts)
         if len(procs) == 1 and (rollouts >= 2 or procs[0].poll() is not None):
-          procs.append(subprocess.Popen(second, env=cluster.job_env(),
-                                        stdout=log1,
-                                        stderr=subprocess.STDOUT))
+          procs.append(zygote.popen(second, env=cluster.job_env(),
+                                    stdout=log1,
+                                    stderr=subprocess.STDOUT))
         time.sleep(0.2)
   finally:
     for proc in procs:

@@ -70,6 +70,7 @@ import example_runs
 import existing_ray
 import launch_utils
 import sockets
+import zygote
 
 pytestmark = [pytest.mark.multihost, pytest.mark.e2e]
 
@@ -123,7 +124,7 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
   cluster = existing_ray.ExistingRayCluster(num_cpus=4)
   try:
     metrics = out / "metrics.jsonl"
-    proc = subprocess.Popen(
+    proc = zygote.popen(
         [sys.executable, str(example_runs.EXAMPLE), *flags,
          *cluster.job_flags(), f"--dump_dir={out}",
          f"--metrics_out={metrics}", f"--timeout={timeout - 100}"],
@@ -188,7 +189,7 @@ def _run_killing(out: pathlib.Path, actor_class: str, *flags: str,
   status, seconds from the kill to the job's exit) into `out`."""
   launch_utils.require_markers("multihost", "e2e")
   metrics = out / "metrics.jsonl"
-  proc = subprocess.Popen(
+  proc = zygote.popen(
       [sys.executable, str(example_runs.EXAMPLE), *flags, f"--dump_dir={out}",
        f"--metrics_out={metrics}", f"--timeout={timeout - 100}"],
       env=launch_utils.launcher_env(), stdout=subprocess.PIPE,

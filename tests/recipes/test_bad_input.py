@@ -28,6 +28,7 @@ import pytest
 
 import example_runs
 import launch_utils
+import zygote
 
 # Whole processes (about 4 s each, nearly all of it importing Tunix before
 # the refusal): the main suite runs them; the quick loop has the in-process
@@ -42,7 +43,7 @@ def _example(tmp_path, *args, env=None):
       a.startswith("--metrics_out") for a in args) else []
   # CI=true as on CI, where transformers also sends its log lines to the
   # root logger (absl prints them a second time).
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, str(example_runs.EXAMPLE), "--backend=mcjax",
        "--steps=1", *flags, *args],
       env=launch_utils.launcher_env({"CI": "true", **(env or {})}),
@@ -137,7 +138,7 @@ def test_a_coordinator_address_alone_is_refused(tmp_path):
   assert ("JAX_COORDINATOR_ADDRESS=127.0.0.1:1 is set, but JAX_NUM_PROCESSES"
           " and JAX_PROCESS_ID are not") in line, line
   # The CLI says the same.
-  cli = subprocess.run(
+  cli = zygote.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "--backend=mcjax"],
       env=launch_utils.launcher_env(env), capture_output=True, text=True,
       timeout=120, cwd=tmp_path)
@@ -227,7 +228,7 @@ _HOLDER = launch_utils.REPO_ROOT / "tests" / "support" / "job_files_holder.py"
 @_slow
 def test_a_second_job_on_the_same_paths_is_refused(tmp_path):
   ckpt, first_metrics = tmp_path / "ckpt", tmp_path / "first.jsonl"
-  holder = subprocess.Popen(
+  holder = zygote.popen(
       [sys.executable, str(_HOLDER), "hold", "first-job", str(ckpt),
        str(first_metrics)],
       env=launch_utils.launcher_env(), stdout=subprocess.PIPE, text=True)
@@ -244,7 +245,7 @@ def test_a_second_job_on_the_same_paths_is_refused(tmp_path):
     assert "is being written by another running job" in line, line
     assert first_metrics.read_text() == '{"step": 1}\n'
     # The CLI (its tunix backend claims before building anything).
-    cli = subprocess.run(
+    cli = zygote.run(
         [sys.executable, "-m", "tunix_mcjax.cli.grpo_main", "--backend=tunix",
          f"--metrics_out={first_metrics}"],
         env=launch_utils.launcher_env({"CI": "true"}), capture_output=True,
@@ -261,7 +262,7 @@ def test_a_second_job_on_the_same_paths_is_refused(tmp_path):
 def test_the_cli_refuses_a_bad_timeout_before_touching_the_metrics(tmp_path):
   metrics = tmp_path / "m.jsonl"
   metrics.write_text('{"step": 1}\n')
-  cli = subprocess.run(
+  cli = zygote.run(
       [sys.executable, "-m", "tunix_mcjax.cli.grpo_main",
        "--backend=mcjax_da", "--timeout=0", f"--metrics_out={metrics}"],
       env=launch_utils.launcher_env({"CI": "true"}), capture_output=True,

@@ -31,6 +31,7 @@ import pytest
 
 import launch_utils
 import tiny_checkpoint
+import zygote
 
 GSM8K_TRAIN = (launch_utils.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
                / "train.jsonl")
@@ -61,8 +62,8 @@ def run_ok(cmd: list[str], env: dict[str, str], cwd: pathlib.Path, *,
   """Runs a whole job (a multihost, e2e test's); fails the test unless it
   exits 0, with the output's tails."""
   launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=timeout)
+  proc = zygote.run(cmd, env=env, cwd=cwd, capture_output=True,
+                    text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
   return proc
 
@@ -107,7 +108,7 @@ def run_recipe(recipe: pathlib.Path, args: list[str], env: dict[str, str],
   temporary directories; returns (the process, the step records)."""
   pattern = os.path.join(tempfile.gettempdir(), "tunix_mcjax_vllm_*")
   engine_dirs = set(glob.glob(pattern))
-  proc = subprocess.run(
+  proc = zygote.run(
       ["bash", str(recipe), *args, "--devices_per_host=2",
        f"--metrics_out={out / 'metrics.jsonl'}", "--timeout=600"],
       env=env, cwd=out / "cwd", capture_output=True, text=True, timeout=900)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
 
 import launch_utils
+import zygote
 
 EXAMPLE = launch_utils.REPO_ROOT / "examples" / "grpo_qwen3.py"
 # The equivalence tests' job: 2 steps, KL on (the reference path runs),
@@ -81,7 +81,7 @@ def run_example(out: pathlib.Path, *args: str,
   """Runs the example with dumps into `out`; fails the test on an error."""
   # The example re-runs itself as local hosts: a whole multi-host run.
   launch_utils.require_markers("multihost", "e2e")
-  proc = subprocess.run(
+  proc = zygote.run(
       [sys.executable, str(EXAMPLE), *args, f"--dump_dir={out}",
        f"--metrics_out={out}/metrics.jsonl", f"--timeout={timeout - 100}"],
       env=launch_utils.launcher_env(), capture_output=True, text=True,

@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+import zygote
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Slack on top of the launcher's own --timeout and --grace before the test
@@ -141,7 +143,7 @@ def run_launched(
       timeout=timeout,
       grace=grace,
   )
-  proc = subprocess.Popen(
+  proc = zygote.popen(
       args,
       env=launcher_env(extra_env),
       cwd=REPO_ROOT,
@@ -356,9 +358,9 @@ def run_killed_when(
   """
   require_markers("multihost", "e2e")
   with open(log_path, "w") as log:
-    proc = subprocess.Popen(list(cmd), env=dict(env or launcher_env()),
-                            cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = zygote.popen(list(cmd), env=dict(env or launcher_env()),
+                        cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                        start_new_session=True)
     deadline = time.monotonic() + timeout_s
     job: list[int] = []
     try:

@@ -187,6 +187,17 @@ def _after_fork_in_child() -> None:
     pass
 
 
+def adopt_environment() -> None:
+  """A process forked by the suite's zygote (tests/support/zygote.py) runs
+  for the test that asked for it: its stats dir and test id are in the
+  environment it was given, not in the one at the fork."""
+  try:
+    _state.update(dir=os.environ.get(STATS_DIR_ENV) or None,
+                  test_id=os.environ.get(TEST_ID_ENV) or None)
+  except Exception:  # pylint: disable=broad-exception-caught
+    pass
+
+
 def install_listeners() -> None:
   """Registers the jax.monitoring listeners, once; needs jax imported."""
   if _state["listening"]:
