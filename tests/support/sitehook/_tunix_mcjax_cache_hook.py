@@ -34,6 +34,7 @@ it was.
 import hashlib
 import os
 import platform
+import threading
 import warnings
 
 ENV = "TUNIX_MCJAX_TEST_SHARE_CPU_CACHE"
@@ -73,8 +74,14 @@ def install(seconds=None) -> None:
   hash_accelerator_config = cache_key._hash_accelerator_config  # pylint: disable=protected-access
   cache_write = compiler._cache_write  # pylint: disable=protected-access
 
+  # The processes of the program whose key this thread made last: the
+  # write below follows the key's computation in the same thread, and the
+  # executable only knows its local devices (a global program's too).
+  last = threading.local()
+
   def shared_hash(hash_obj, accelerators):
     devices = list(accelerators.flat)
+    last.processes = {getattr(d, "process_index", None) for d in devices}
     if not devices or any(d.platform != "cpu" for d in devices):
       return hash_accelerator_config(hash_obj, accelerators)
     hash_obj.update(machine)
@@ -85,8 +92,9 @@ def install(seconds=None) -> None:
   def write_own(key, compile_time_secs, module_name, backend, executable):
     process = distributed.global_state.process_id
     try:
-      own = process and all(d.process_index == process
-                            for d in executable.local_devices())
+      own = process and getattr(last, "processes", None) == {process} and (
+          all(d.process_index == process
+              for d in executable.local_devices()))
     except Exception:  # pylint: disable=broad-exception-caught
       own = False
     if not own:
