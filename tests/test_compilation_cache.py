@@ -135,6 +135,15 @@ def _two_host_probe_runs(cache, share: bool):
   # in the cold run already (seen with the main group in two shards).
   assert cold[0]["global_hits"] == 0
   assert cold[1]["global_hits"] in ((0, 1) if share else (0,)), cold
+  # With the hook, host 0 compiles the global program and hands it to host
+  # 1 through the job's key-value store (unless host 1 found it in the
+  # cache); a warm run reads it from the cache.
+  if share and cold[1]["global_hits"] == 0:
+    assert cold[0]["global_shared"] == ["Process"], cold
+    assert cold[1]["global_shared"] == ["Waiting"], cold
+  elif not share:
+    assert cold[0]["global_shared"] == cold[1]["global_shared"] == [], cold
+  assert warm[0]["global_shared"] == warm[1]["global_shared"] == [], warm
   return warm
 
 

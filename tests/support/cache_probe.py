@@ -21,6 +21,7 @@ cache served (`RESULT {...}`).
 """
 
 import json
+import logging
 import os
 
 from tunix_mcjax import runtime
@@ -35,6 +36,21 @@ def main() -> None:
   import numpy as np
   # pylint: enable=g-import-not-at-top
 
+  # JAX's own messages when a host compiles a program for the others, or
+  # waits for one (jax_share_binary_between_hosts).
+  shared = []
+
+  class _Shared(logging.Handler):
+
+    def emit(self, record):
+      message = record.getMessage()
+      if "sharing module" in message or "Waiting for module" in message:
+        shared.append(message.split()[0])
+
+  compiler_log = logging.getLogger("jax._src.compiler")
+  compiler_log.setLevel(logging.DEBUG)
+  compiler_log.addHandler(_Shared())
+
   hits = []
   monitoring.register_event_listener(
       lambda event, **kw: hits.append(1)
@@ -47,6 +63,8 @@ def main() -> None:
   before = len(hits)
   total = jax.jit(lambda v: jnp.sum(v * 3.0))(x)
   global_hits = len(hits) - before
+  # "Process" (compiled and shared) or "Waiting" (got it from another).
+  global_shared = sorted(set(shared))
 
   before = len(hits)
   y = jax.device_put(np.ones(3, np.float32), jax.local_devices()[0])
@@ -55,6 +73,7 @@ def main() -> None:
   print("RESULT " + json.dumps({
       "host": info.process_index,
       "global_hits": global_hits,
+      "global_shared": global_shared,
       "local_hits": local_hits,
       "total": float(total),
       "local": [float(v) for v in np.asarray(local_value)],

@@ -25,6 +25,13 @@ job from ever reading the cache (docs/testing.md):
   CPU instead, the same in every host, as JAX's keys are on GPU and TPU;
 - only process 0 writes entries; here every host also writes the programs
   of its own devices (its engine's), which no other host writes.
+With the keys the same in every host, JAX's own
+`jax_share_binary_between_hosts` works on CPU too, and is turned on: a
+program over several hosts' devices that is in no cache is compiled by the
+first host only, which hands it to the others through the job's key-value
+store, instead of every host compiling it at the same time (a cold run's
+global programs, compiled N times in an N-host job before).
+TUNIX_MCJAX_TEST_SHARE_BINARIES=0 leaves that off.
 The executables are the ones XLA compiles anyway, so results do not change:
 every equivalence test compares numbers across runs that mix cached and
 compiled programs. Nothing here may fail the process: errors leave JAX as
@@ -38,6 +45,10 @@ import threading
 import warnings
 
 ENV = "TUNIX_MCJAX_TEST_SHARE_CPU_CACHE"
+BINARIES_ENV = "TUNIX_MCJAX_TEST_SHARE_BINARIES"
+# A host waiting for a program another compiles: long enough for the
+# slowest compile of a loaded machine, short of the jobs' own timeouts.
+_SHARE_TIMEOUT_MS = 300_000
 
 _installed = []
 
@@ -112,6 +123,12 @@ def install(seconds=None) -> None:
 
   cache_key._hash_accelerator_config = shared_hash  # pylint: disable=protected-access
   compiler._cache_write = write_own  # pylint: disable=protected-access
+  if os.environ.get(BINARIES_ENV, "1") != "0":
+    import jax  # pylint: disable=g-import-not-at-top
+
+    jax.config.update("jax_share_binary_between_hosts", True)
+    jax.config.update("jax_share_binary_between_hosts_timeout_ms",
+                      _SHARE_TIMEOUT_MS)
   _installed.append(True)
 
 
