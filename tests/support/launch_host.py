@@ -40,6 +40,8 @@ import subprocess
 import sys
 import time
 
+import launch_utils
+
 _LAUNCHER_VARS = ("JAX_PLATFORMS", "TUNIX_MCJAX_LOCAL_DEVICE_IDS",
                   "TUNIX_MCJAX_DEVICES_PER_HOST", "TUNIX_MCJAX_HOST_ID")
 
@@ -106,7 +108,7 @@ def failing(host: int, pid_dir: pathlib.Path, mode: str) -> None:
     # launcher must escalate to SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = subprocess.Popen(["sleep", "600"])
-    (pid_dir / f"{child.pid}.pid").write_text(str(child.pid))
+    launch_utils.write_pid(pid_dir, child.pid)
     (pid_dir / "ready").write_text("")
     time.sleep(600)
   else:
@@ -150,7 +152,7 @@ def main(argv: list[str]) -> None:
     print("hello", host)
     sys.exit(0 if host == 0 else 5)
   pid_dir = pathlib.Path(argv[2])
-  (pid_dir / f"{os.getpid()}.pid").write_text(str(os.getpid()))
+  launch_utils.write_pid(pid_dir)
   if what == "healthy":
     healthy(host)
   elif what == "failing":

@@ -195,10 +195,15 @@ def host_lines(output: str, host: int) -> list[str]:
   return [l for l in lines if l and not l.startswith("[Gloo] ")]
 
 
-def write_pid(directory: str | os.PathLike[str]) -> None:
-  """Records this process's pid under `directory` (call it in a host)."""
-  path = pathlib.Path(directory) / f"{os.getpid()}.pid"
-  path.write_text(str(os.getpid()))
+def write_pid(directory: str | os.PathLike[str],
+              pid: int | None = None) -> None:
+  """Records `pid` (default: this process's) under `directory`."""
+  pid = os.getpid() if pid is None else pid
+  path = pathlib.Path(directory) / f"{pid}.pid"
+  # Whole or not at all: a reader polls for these files while hosts start.
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(str(pid))
+  os.replace(tmp, path)
 
 
 def read_pids(directory: str | os.PathLike[str]) -> list[int]:
