@@ -260,6 +260,12 @@ class Popen:
   def kill(self) -> None:
     self.send_signal(signal.SIGKILL)
 
+  def __del__(self):
+    # A test that never waited: the server reaps the program anyway.
+    conn = getattr(self, "_conn", None)
+    if conn is not None:
+      conn.close()
+
   def __enter__(self) -> "Popen":
     return self
 
