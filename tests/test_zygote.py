@@ -177,3 +177,25 @@ def test_an_import_time_variable_gets_a_server_of_its_own(tmp_path):
     assert done.stdout.strip() == expected, done.stderr
   assert zygote.import_key(_env(tmp_path)) == zygote.import_key(
       _env(tmp_path, JAX_PLATFORMS="cpu", XLA_FLAGS="--x", SOMETHING="1"))
+
+
+def test_a_server_whose_client_died_removes_its_files(tmp_path):
+  """The test process killed: its server ends and leaves no temp files."""
+  client = tmp_path / "client.py"
+  script = tmp_path / "s.py"
+  script.write_text("pass\n")
+  client.write_text(
+      "import os, signal, sys\n"
+      f"sys.path.insert(0, {str(pathlib.Path(zygote.__file__).parent)!r})\n"
+      "import zygote\n"
+      f"assert zygote.popen([sys.executable, {str(script)!r}]).wait() == 0\n"
+      "server = zygote._servers[zygote.import_key(os.environ)]\n"
+      "print(server.process.pid, server.path, flush=True)\n"
+      "os.kill(os.getpid(), signal.SIGKILL)\n")
+  done = subprocess.run([sys.executable, str(client)],
+                        env=_env(tmp_path), capture_output=True, text=True,
+                        timeout=120)
+  assert done.returncode == -signal.SIGKILL, done.stderr
+  pid, path = done.stdout.split()
+  launch_utils.assert_no_survivors([int(pid)], wait_s=10)
+  assert not os.path.exists(os.path.dirname(path))

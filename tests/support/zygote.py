@@ -570,5 +570,19 @@ def _serve(path: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _remove_own_files(path: str) -> None:
+  """The socket, the log and their temp dir, where the client could not
+  (its process was killed)."""
+  directory = os.path.dirname(path)
+  for name in (path, os.path.join(directory, "server.log")):
+    with contextlib.suppress(OSError):
+      os.remove(name)
+  with contextlib.suppress(OSError):
+    os.rmdir(directory)
+
+
 if __name__ == "__main__":
-  _serve(sys.argv[1])
+  try:
+    _serve(sys.argv[1])
+  finally:
+    _remove_own_files(sys.argv[1])
