@@ -131,16 +131,17 @@ def _two_host_probe_runs(cache, share: bool):
     assert warm[host]["total"] == cold[host]["total"] == 6.0
     assert warm[host]["local"] == cold[host]["local"] == [8.0] * 3
     assert cold[host]["local_hits"] == 0
-  # Cold: host 0 (the global program's only writer) finds nothing. With the
-  # suite's hook host 1 reads the global entry whenever host 0 has written
-  # it before host 1 looks it up, which a loaded machine can make happen
-  # in the cold run already (seen with the main group in two shards).
-  assert cold[0]["global_hits"] == 0
+  # Cold: without the hook host 0 (the global program's only writer) finds
+  # nothing. With it both hosts write the global program (each sees only
+  # its local devices), so either may read the other's entry when that
+  # one wrote first, which a loaded machine makes happen in a cold run
+  # (seen for host 1, and for host 0 in the fresh clone of c06133a).
+  assert cold[0]["global_hits"] in ((0, 1) if share else (0,)), cold
   assert cold[1]["global_hits"] in ((0, 1) if share else (0,)), cold
   # With the hook, host 0 compiles the global program and hands it to host
   # 1 through the job's key-value store (unless host 1 found it in the
   # cache); a warm run reads it from the cache.
-  if share and cold[1]["global_hits"] == 0:
+  if share and cold[0]["global_hits"] == cold[1]["global_hits"] == 0:
     assert cold[0]["global_shared"] == ["Process"], cold
     assert cold[1]["global_shared"] == ["Waiting"], cold
   elif not share:

@@ -38,7 +38,6 @@ run aborts in Gloo (docs/testing.md).
 import hashlib
 import os
 import platform
-import threading
 import warnings
 
 ENV = "TUNIX_MCJAX_TEST_SHARE_CPU_CACHE"
@@ -82,14 +81,8 @@ def install(seconds=None) -> None:
   hash_accelerator_config = cache_key._hash_accelerator_config  # pylint: disable=protected-access
   cache_write = compiler._cache_write  # pylint: disable=protected-access
 
-  # The processes of the program whose key this thread made last: the
-  # write below follows the key's computation in the same thread, and the
-  # executable only knows its local devices (a global program's too).
-  last = threading.local()
-
   def shared_hash(hash_obj, accelerators):
     devices = list(accelerators.flat)
-    last.processes = {getattr(d, "process_index", None) for d in devices}
     if not devices or any(d.platform != "cpu" for d in devices):
       return hash_accelerator_config(hash_obj, accelerators)
     hash_obj.update(machine)
@@ -100,9 +93,11 @@ def install(seconds=None) -> None:
   def write_own(key, compile_time_secs, module_name, backend, executable):
     process = distributed.global_state.process_id
     try:
-      own = process and getattr(last, "processes", None) == {process} and (
-          all(d.process_index == process
-              for d in executable.local_devices()))
+      # The executable knows only its local devices: a host other than 0
+      # also writes the programs over every host's devices, and in a cold
+      # run either host may write one first.
+      own = process and all(d.process_index == process
+                            for d in executable.local_devices())
     except Exception:  # pylint: disable=broad-exception-caught
       own = False
     if not own:
