@@ -230,7 +230,7 @@ def test_rollout_thread_log_probs_wait_for_the_updates_before_them():
   group finishes; with 2 groups per update, group 2's wait for the first
   update and group 4's for the second, so every host issues L0 L1 T L2 L3
   T L4."""
-  _, _, turns = _turns(batches=((10, 11, 12, 13),))
+  _, _, turns = _turns(batches=((10, 11, 12, 13, 14),))
   events, lock = [], threading.Lock()
 
   def rollout_thread():
@@ -411,10 +411,15 @@ def test_turns_of_two_policies_never_share_an_engine_call():
       (False, (0, 0), 1), (False, (0, 0), 1), (False, (1, 1), 2)]
 
 
-def test_off_policy_log_probs_also_wait_for_the_weight_sync():
-  """A group of the next batch ending before the last update's weight sync
-  waits for it: every host issues T S L."""
-  _, _, turns = _turns(lag=1)
+@pytest.mark.parametrize("lag", [None, 1])
+def test_next_batch_log_probs_wait_for_the_synced_step_to_be_logged(lag):
+  """A group of the next batch waits for the last update's weight sync and
+  the main thread's logging of that step (a cross-host gather), colocated
+  (lag None: its agents start after the sync, and a fast one finished
+  before the logging, a Gloo abort seen when one host's compiles were
+  slower) and off-policy (it may end before the sync): every host issues
+  T S M L."""
+  _, _, turns = _turns(lag=lag)
   events = []
 
   def rollout_thread():
@@ -430,9 +435,17 @@ def test_off_policy_log_probs_also_wait_for_the_weight_sync():
   time.sleep(0.2)
   assert events == ["L0", "L1", "T"]  # Trained, not synced yet.
   events.append("S")
-  turns.synced()
+  turns.weights_synced()
+  time.sleep(0.2)
+  # Metrics buffered off the main thread (the rollout thread's rewards)
+  # log nothing.
+  threading.Thread(target=turns.metrics_buffered).start()
+  time.sleep(0.2)
+  assert events == ["L0", "L1", "T", "S"]  # Synced, its step not logged.
+  events.append("M")
+  turns.metrics_buffered()
   t.join(10)
-  assert events == ["L0", "L1", "T", "S", "L2"]
+  assert events == ["L0", "L1", "T", "S", "M", "L2"]
 
 
 # --- evaluation (compat.agentic_learner numbers its groups) ----------------

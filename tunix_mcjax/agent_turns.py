@@ -42,7 +42,9 @@ its rollout thread as the group finishes, which would interleave with the
 train steps differently on every host; `AgentTurns.order_logps` then holds
 a group's log-probs until the updates before its micro-batch are done, so
 every host issues L1 .. Lm T1 Lm+1 .. (m groups per update), whatever order
-its agents finish in.
+its agents finish in; and a group of the next batch also until the weight
+sync and the main thread's logging of the step after it (a cross-host
+gather: `metrics_buffered`), which on-policy agents that finish fast would pass.
 
 Off-policy (mcjax_da, `lag` K = Tunix's `off_policy_steps` >= 1): Tunix's
 producer generates the next K batches while its consumer trains, and which
@@ -53,9 +55,7 @@ engine), the stalest the bound allows and the one published when Tunix
 hands the producer batch b; and a batch's agents start only once every
 group of the batch before has ended (`group_done`, which the learner's
 producer reports: `compat.agentic_learner`), so each step trains exactly
-its own batch, at staleness min(K, b - first step). A group's log-probs on
-the rollout thread then also wait for the weight sync before their step
-(`synced`).
+its own batch, at staleness min(K, b - first step).
 
 Evaluation (Tunix's learner, every eval_every_n_steps): the learner's
 groups of an evaluation pass come numbered from
@@ -130,7 +130,8 @@ class AgentTurns:
     self._order = threading.Condition()
     self._logps_groups = 0
     self._trained_groups = 0
-    self._syncs = 0  # Weight syncs since the first step.
+    self._syncs = 0  # Weight syncs since the first step, their step logged.
+    self._unlogged_sync = False
     # The policy of the last weight sync when a step takes several
     # optimizer updates (`before_update`), and that sync's update count.
     self._anchor: Any = None
@@ -248,12 +249,23 @@ class AgentTurns:
       with self._order:
         self._evaluations -= 1
 
-  def synced(self) -> None:
-    """A weight sync (the publication of a step's update) is done, and the
-    main thread's programs after it (the logging of its step's metrics)."""
+  def weights_synced(self) -> None:
+    """A weight sync (the publication of a step's update) is done; its step
+    is logged at the learner's next `metrics_buffered`."""
     with self._order:
-      self._syncs += 1
-      self._order.notify_all()
+      self._unlogged_sync = True
+
+  def metrics_buffered(self) -> None:
+    """The learner buffered metrics. On its main thread right after a sync
+    (Tunix's learners do so), that logged the synced step, a cross-host
+    gather: only then may the next batch's log-probs go."""
+    if threading.current_thread() is not threading.main_thread():
+      return
+    with self._order:
+      if self._unlogged_sync:
+        self._unlogged_sync = False
+        self._syncs += 1
+        self._order.notify_all()
 
   def _hold(self, step: int) -> None:
     """Off-policy: the first turn of an agent of batch `step` waits until
@@ -292,10 +304,11 @@ class AgentTurns:
     with self._order:
       group, self._logps_groups = self._logps_groups, self._logps_groups + 1
       before = group - group % per_update
-      # Disaggregated, a group of the next batch may end before the weight
-      # sync after the last update (off-policy: it often does): it waits
-      # for that sync, and the logging of its step (`synced`), too.
-      syncs = before // self._prompts() if self._lag is not None else 0
+      # A group of the next batch waits for the weight sync after the last
+      # update and the logging of its step (`metrics_buffered`), a gather
+      # on the main thread: off-policy it often ends before that sync;
+      # on-policy it starts after the sync but may end before the logging.
+      syncs = before // self._prompts()
       if not self._order.wait_for(
           lambda: self._trained_groups >= before and self._syncs >= syncs,
           timeout=ORDER_TIMEOUT_S):

@@ -497,7 +497,8 @@ class McJaxRLCluster(compat.RLCluster):
   def buffer_metrics(self, metrics, mode=Mode.TRAIN):
     if mode == Mode.TRAIN:
       self.step_clock.add_learner_metrics(metrics)
-    return super().buffer_metrics(metrics, mode=mode)
+    super().buffer_metrics(metrics, mode=mode)
+    self.agent_turns.metrics_buffered()
 
   def buffer_metrics_async(self, metrics, mode=Mode.TRAIN, step=0):
     if mode == Mode.TRAIN:  # Tunix's agentic learner.
@@ -525,9 +526,9 @@ class McJaxRLCluster(compat.RLCluster):
             one_call=self.options.optimizations.publish_in_one_call)
     self.global_steps += 1
     self._updates_at_sync = self.actor_trainer.train_steps
+    self.agent_turns.weights_synced()
     self.step_clock.overhead["gc"] += self.gc_policy.after_step(
-        self.global_steps
-    )
+        self.global_steps)
     with self._guarded(self.global_steps - 1):
       self._end_step()
 
@@ -564,8 +565,7 @@ class McJaxRLCluster(compat.RLCluster):
     )
 
   def _step_extras(self) -> dict[str, Any] | None:
-    """Backend-specific fields of the step's record (none here)."""
-    return None
+    return None  # Backend-specific fields of the step's record.
 
   def _log_metrics(self, metrics_buffer):
     # Each host buffered its own rows' metrics: combine them over all hosts

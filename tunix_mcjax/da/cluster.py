@@ -72,7 +72,6 @@ from collections.abc import Iterable, Iterator, Mapping
 import dataclasses
 import functools
 import math
-import threading
 from typing import Any
 
 from flax import nnx
@@ -246,7 +245,6 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
     # Whether Tunix's agentic learner drives this cluster (its first turn).
     self._agentic = False
     self.agent_turn_lag = da.max_staleness
-    self._synced = False  # A weight sync whose metrics are not logged yet.
     super().__init__(**kwargs)
     if self._restored:
       # Version = global step: the learner's staleness check (global step
@@ -521,19 +519,6 @@ class McJaxDaRLCluster(cluster_lib.McJaxRLCluster):
     # The weights go into the global batch with the other host rows
     # (`global_rows.to_global`, "host_rows").
     return example.replace(sampler_is_weights=weights), int(mask.sum())
-
-  def sync_weights(self):
-    super().sync_weights()
-    self._synced = True
-
-  def buffer_metrics(self, metrics, mode=Mode.TRAIN):
-    super().buffer_metrics(metrics, mode=mode)
-    if self._synced and threading.current_thread() is threading.main_thread():
-      # Tunix's agentic learner buffers its step's metrics right after the
-      # sync, which logs the step (a cross-host gather): only then may its
-      # rollout thread's log-probs of the next batch go (`agent_turns`).
-      self._synced = False
-      self.agent_turns.synced()
 
   def _step_extras(self) -> dict[str, Any] | None:
     # After this step's publication: its bytes and put time.
