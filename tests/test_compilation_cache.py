@@ -113,7 +113,7 @@ def test_a_corrupted_cache_is_a_warning_naming_it(tmp_path):
 
 
 def _two_host_probe_runs(cache, share: bool):
-  # With the hook, also JAX's binary sharing (opt-in; docs/testing.md).
+  # With the hook, also JAX's binary sharing (docs/testing.md).
   env = {**compilation_cache.environment(str(cache)),
          suite_stats.SHARE_CPU_CACHE_ENV: "1" if share else "0",
          "TUNIX_MCJAX_TEST_SHARE_BINARIES": "1" if share else "0"}

@@ -26,13 +26,10 @@ job from ever reading the cache (docs/testing.md):
 - only process 0 writes entries; here every host also writes the programs
   of its own devices (its engine's), which no other host writes.
 With the keys the same in every host, JAX's own
-`jax_share_binary_between_hosts` works on CPU too: with
-TUNIX_MCJAX_TEST_SHARE_BINARIES=1 a program over several hosts' devices
-that is in no cache is compiled by the first host only, which hands it to
-the others through the job's key-value store. Off by default: the delay it
-puts on the other hosts' compiles reorders the collectives that the
-colocated agentic learner issues from two threads, and a 2-host agentic
-run aborts in Gloo (docs/testing.md).
+`jax_share_binary_between_hosts` works on CPU too, and is on here: a
+program over several hosts' devices that is in no cache is compiled by the
+first host only, which hands it to the others through the job's key-value
+store (TUNIX_MCJAX_TEST_SHARE_BINARIES=0 turns that off).
 """
 
 import hashlib
@@ -115,7 +112,7 @@ def install(seconds=None) -> None:
 
   cache_key._hash_accelerator_config = shared_hash  # pylint: disable=protected-access
   compiler._cache_write = write_own  # pylint: disable=protected-access
-  if os.environ.get(BINARIES_ENV, "0") == "1":
+  if os.environ.get(BINARIES_ENV, "1") != "0":
     import jax  # pylint: disable=g-import-not-at-top
 
     jax.config.update("jax_share_binary_between_hosts", True)
