@@ -30,7 +30,8 @@ import os
 import signal
 import sys
 import threading
-from typing import BinaryIO
+import traceback
+from typing import BinaryIO, NoReturn
 
 # "spawn" starts every host as a new interpreter even where forking is safe.
 ENV_HOST_START = "TUNIX_MCJAX_HOST_START"
@@ -120,10 +121,10 @@ def _run_forked_host(
     preexec: Callable[[], None] | None,
     out_w: int,
     err_w: int,
-) -> None:
+) -> NoReturn:
   """The child's side of `fork_host`; never returns."""
-  code = 1
-  try:
+
+  def main() -> object:
     os.setsid()
     if preexec is not None:
       preexec()
@@ -148,25 +149,47 @@ def _run_forked_host(
       import jax  # pylint: disable=g-import-not-at-top
 
       jax.config.update("jax_platforms", env.get("JAX_PLATFORMS") or None)
+    return host_main()
+
+  # A host that failed skips the exit handlers: JAX's distributed shutdown
+  # would wait for the hosts still running, and the job must end at once.
+  run_as_program(main, exit_handlers_after_error=False)
+
+
+def run_as_program(main: Callable[[], object], *,
+                   exit_handlers_after_error: bool) -> NoReturn:
+  """Runs `main` in a forked child as an interpreter runs its program, then
+  ends the child (never returns).
+
+  The status: main's return value (None: 0), a SystemExit's (`sys.exit(
+  "message")` prints the message, status 1), or 1 with a traceback for any
+  other exception. Then what an interpreter does at exit: threading's exit
+  hooks (executors stop their workers), joining non-daemon threads, the
+  atexit handlers (after an exception only if `exit_handlers_after_error`);
+  then the streams are flushed and the child exits with `os._exit`, so
+  nothing of the parent's runs again in it.
+  """
+  code = 1
+  try:
+    failed = False
     try:
-      result = host_main()
+      result = main()
       code = 0 if result is None else int(result)
     except SystemExit as e:
       if e.code is None or isinstance(e.code, int):
         code = e.code or 0
-      else:  # sys.exit("message"): printed, status 1, as the interpreter does.
+      else:
         print(e.code, file=sys.stderr)
         code = 1
-    # What an interpreter does at exit: threading's exit hooks (executors
-    # stop their workers), joining non-daemon threads, then the atexit
-    # handlers (e.g. JAX's distributed shutdown).
-    threading._shutdown()  # pylint: disable=protected-access
-    atexit._run_exitfuncs()  # pylint: disable=protected-access
+    except BaseException:  # pylint: disable=broad-exception-caught
+      traceback.print_exc()
+      code, failed = 1, True
+    if exit_handlers_after_error or not failed:
+      threading._shutdown()  # pylint: disable=protected-access
+      atexit._run_exitfuncs()  # pylint: disable=protected-access
   except BaseException:  # pylint: disable=broad-exception-caught
-    import traceback  # pylint: disable=g-import-not-at-top
-
     traceback.print_exc()
-    code = 1
+    code = code or 1
   finally:
     try:
       sys.stdout.flush()

@@ -55,12 +55,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
+
+from tunix_mcjax import host_fork
 
 ENV_ZYGOTE = "TUNIX_MCJAX_TEST_ZYGOTE"
 # What a server imports before it forks anything: what every example, CLI
-# and host program imports first. Not tunix_mcjax, nor the entry points
-# (their absl flags would be defined twice when runpy runs them again).
+# and host program imports first. Not the entry points, nor the modules
+# that define absl flags (defined twice when runpy runs them again).
 PRELOAD = ("jax", "jax.numpy", "flax.nnx", "optax", "orbax.checkpoint",
            "tunix.rl.rl_cluster", "tunix.rl.grpo.grpo_learner")
 # Variables the interpreter or the preloaded modules read at start-up or
@@ -417,10 +419,10 @@ def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
   return json.loads(data[:size]), list(fds)
 
 
-def _run_child(request: dict[str, Any], fds: list[int]) -> None:
+def _run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
   """The forked program; never returns."""
-  code = 1
-  try:
+
+  def main() -> None:
     if request["session"]:
       os.setsid()
     for target, fd in enumerate(fds):
@@ -448,41 +450,16 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> None:
     import runpy  # pylint: disable=g-import-not-at-top
 
     target = request["target"]
+    sys.argv = [target, *request["argv"]]
     if request["module"]:
-      sys.argv = [target, *request["argv"]]
       sys.path[0] = os.getcwd()
       runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
-      sys.argv = [target, *request["argv"]]
       sys.path[0] = os.path.dirname(os.path.abspath(target))
       runpy.run_path(target, run_name="__main__")
-    code = 0
-  except SystemExit as e:
-    if e.code is None or isinstance(e.code, int):
-      code = e.code or 0
-    else:
-      print(e.code, file=sys.stderr)
-      code = 1
-  except BaseException:  # pylint: disable=broad-exception-caught
-    import traceback  # pylint: disable=g-import-not-at-top
 
-    traceback.print_exc()
-    code = 1
-  try:
-    # What an interpreter does at exit: threading's exit hooks, joining
-    # non-daemon threads, then the atexit handlers.
-    threading._shutdown()  # pylint: disable=protected-access
-    atexit._run_exitfuncs()  # pylint: disable=protected-access
-  except BaseException:  # pylint: disable=broad-exception-caught
-    import traceback  # pylint: disable=g-import-not-at-top
-
-    traceback.print_exc()
-    code = code or 1
-  finally:
-    with contextlib.suppress(BaseException):
-      sys.stdout.flush()
-      sys.stderr.flush()
-    os._exit(code & 0xFF)
+  # As an interpreter: the exit handlers run after an uncaught exception too.
+  host_fork.run_as_program(main, exit_handlers_after_error=True)
 
 
 def _send(conn: socket.socket, message: dict[str, Any]) -> None:
