@@ -77,6 +77,8 @@ def main() -> None:
       "local_hits": local_hits,
       "total": float(total),
       "local": [float(v) for v in np.asarray(local_value)],
+      "local_on": [d.id for d in local_value.devices()],
+      "local_device": jax.local_devices()[0].id,
       "cache_dir": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
   }), flush=True)
 

@@ -30,8 +30,14 @@ With the keys the same in every host, JAX's own
 program over several hosts' devices that is in no cache is compiled by the
 first host only, which hands it to the others through the job's key-value
 store (TUNIX_MCJAX_TEST_SHARE_BINARIES=0 turns that off).
+And one compile per program and run: a process that misses takes the key's
+lock (a file in `<cache dir>.locks/`) and looks again before it compiles,
+so processes that need the same program at the same time (the rollout hosts
+of a DA job, separate JAX programs of the same devices) compile it once;
+the others read what the first wrote.
 """
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -61,6 +67,18 @@ def _machine_id() -> bytes:
   return digest.digest()
 
 
+def _lock_file(cache_dir, key: str) -> int | None:
+  """An open lock file for `key` beside a local cache dir, or None."""
+  if not cache_dir or "://" in str(cache_dir):
+    return None
+  try:
+    locks = f"{os.path.abspath(cache_dir)}.locks"
+    os.makedirs(locks, exist_ok=True)
+    return os.open(os.path.join(locks, key), os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError:
+    return None
+
+
 def install(seconds=None) -> None:
   """Patches JAX's key and write rule for CPU programs, once per process."""
   del seconds
@@ -72,10 +90,12 @@ def install(seconds=None) -> None:
   from jax._src import compiler
   from jax._src import config
   from jax._src import distributed
+  from jax._src import monitoring
   # pylint: enable=g-import-not-at-top
 
   machine = _machine_id()
   hash_accelerator_config = cache_key._hash_accelerator_config  # pylint: disable=protected-access
+  hash_compile_options = cache_key._hash_serialized_compile_options  # pylint: disable=protected-access
   cache_write = compiler._cache_write  # pylint: disable=protected-access
 
   def shared_hash(hash_obj, accelerators):
@@ -83,9 +103,16 @@ def install(seconds=None) -> None:
     if not devices or any(d.platform != "cpu" for d in devices):
       return hash_accelerator_config(hash_obj, accelerators)
     hash_obj.update(machine)
+    first = min(d.process_index for d in devices)
     for d in devices:
-      hash_obj.update(f"{d.device_kind}|{d.id}|{d.process_index};".encode())
+      hash_obj.update(f"{d.device_kind}|{d.process_index - first};".encode())
     return None
+
+  def hash_options(hash_obj, compile_options_obj,
+                   strip_device_assignment=False):
+    del strip_device_assignment  # Always, as JAX does on GPU.
+    return hash_compile_options(hash_obj, compile_options_obj,
+                                strip_device_assignment=True)
 
   def write_own(key, compile_time_secs, module_name, backend, executable):
     process = distributed.global_state.process_id
@@ -110,8 +137,35 @@ def install(seconds=None) -> None:
                     f" '{module_name}': {type(ex).__name__}: {ex}")
     return None
 
+  compile_and_write = compiler._compile_and_write_cache  # pylint: disable=protected-access
+
+  def compile_once(backend, computation, executable_devices, compile_options,
+                   host_callbacks, module_name, key):
+    # A miss: one process of the suite compiles a key at a time, and one
+    # that waited reads what the other wrote instead of compiling it again.
+    lock = _lock_file(config.compilation_cache_dir.value, key)
+    if lock is None:
+      return compile_and_write(backend, computation, executable_devices,
+                               compile_options, host_callbacks, module_name,
+                               key)
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      executable, _ = compiler._cache_read(  # pylint: disable=protected-access
+          module_name, key, compile_options, backend, executable_devices,
+          host_callbacks)
+      if executable is not None:
+        monitoring.record_event("/jax/compilation_cache/cache_hits")
+        return executable
+      return compile_and_write(backend, computation, executable_devices,
+                               compile_options, host_callbacks, module_name,
+                               key)
+    finally:
+      os.close(lock)  # releases the lock
+
   cache_key._hash_accelerator_config = shared_hash  # pylint: disable=protected-access
+  cache_key._hash_serialized_compile_options = hash_options  # pylint: disable=protected-access
   compiler._cache_write = write_own  # pylint: disable=protected-access
+  compiler._compile_and_write_cache = compile_once  # pylint: disable=protected-access
   if os.environ.get(BINARIES_ENV, "1") != "0":
     import jax  # pylint: disable=g-import-not-at-top
 
