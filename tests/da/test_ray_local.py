@@ -109,6 +109,7 @@ def probe_run(tmp_path_factory):
     run = {
         "report": report,
         "tree": [(p.pid, p.name()) for p in procs],
+        "cmdlines": [" ".join(p.cmdline()) for p in procs if p.is_running()],
         "listeners": _listeners(procs),
         "marked_before": _marked(report["temp_dir"]),
         "found_before": ray_local.session_pids(report["temp_dir"]),
@@ -157,6 +158,16 @@ def test_every_ray_process_is_found_by_the_session_variable(probe_run):
   names = dict(probe_run["tree"])
   assert set(probe_run["found_before"]) == tree - {child}, names
   assert set(probe_run["marked_before"]) == tree - {child}, names
+
+
+@pytest.mark.multihost
+def test_no_idle_worker_is_prestarted(probe_run):
+  # Every actor has a runtime env of its own (its devices), which no worker
+  # Ray prestarts has: the session turns prestarting off. The check sees
+  # Ray's workers: the actor's.
+  workers = [c for c in probe_run["cmdlines"] if c.startswith("ray::")]
+  assert workers and not [c for c in workers if c.startswith("ray::IDLE")], (
+      probe_run["cmdlines"])
 
 
 @pytest.mark.multihost

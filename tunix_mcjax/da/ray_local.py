@@ -325,6 +325,12 @@ class RaySession:
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "RAY_USAGE_STATS_ENABLED": "0",
         "AUTOSCALER_METRIC_PORT": "0",
+        # Every actor of a job has a runtime env of its own (its devices),
+        # which no prestarted idle worker has: the one per CPU Ray starts
+        # with the head, and again for the first driver, would only take
+        # CPU while the job starts.
+        "RAY_enable_worker_prestart": "0",
+        "RAY_prestart_worker_first_driver": "0",
     }
     if not any(name in os.environ for name in _AUTH_ENV):
       # Ray turns token authentication on for a new local head and would
