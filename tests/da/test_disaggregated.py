@@ -197,17 +197,23 @@ def _run_killing(out: pathlib.Path, actor_class: str, *flags: str,
   killed, listening = [], []
 
   def kill_after_step_one():
+    # The actor is found before step 1 ends: a warm step takes under a
+    # second, and a kill after the last one's use of the actor (a scan of
+    # every process later) would test nothing.
+    pids, scanned = [], 0.0
     while proc.poll() is None:
-      if metrics.exists() and metrics.read_text().strip():
+      recorded = metrics.exists() and metrics.read_text().strip()
+      if not pids and time.monotonic() > scanned + 0.5:
+        pids, scanned = _actor_pids(actor_class), time.monotonic()
+      if recorded:
+        # The one found before; if it is gone, a scan now.
+        if _kill_one(pids) or _kill_one(_actor_pids(actor_class)):
+          killed.append(time.monotonic())
         # Every socket the whole job (Ray head, workers, the trainers' JAX
         # coordinator) listens on while it runs.
         listening.extend(sockets.listeners(sockets.tree(proc.pid)))
-        pids = _actor_pids(actor_class)
-        if pids:
-          os.kill(pids[0], signal.SIGKILL)
-          killed.append(time.monotonic())
         return
-      time.sleep(0.05)
+      time.sleep(0.02)
 
   watcher = threading.Thread(target=kill_after_step_one, daemon=True)
   watcher.start()
@@ -225,6 +231,17 @@ def _run_killing(out: pathlib.Path, actor_class: str, *flags: str,
   (out / "result.json").write_text(json.dumps(
       {"returncode": proc.returncode, "exit_after_kill_s": ended - killed[0]}))
   return out
+
+
+def _kill_one(pids: list[int]) -> bool:
+  """SIGKILLs the first of `pids` still alive; whether one was."""
+  for pid in pids:
+    try:
+      os.kill(pid, signal.SIGKILL)
+      return True
+    except ProcessLookupError:
+      pass
+  return False
 
 
 def _records(out: pathlib.Path) -> list[dict]:
