@@ -237,6 +237,31 @@ def test_config_refuses(kwargs, match):
     ray_local.RaySessionConfig(**kwargs)
 
 
+def test_a_start_deadline_swallowed_once_is_raised_again():
+  # Where the alarm lands in code that ignores exceptions (logging's at-fork
+  # hook while ray.init starts a process: seen once in a suite run), the
+  # deadline comes again instead of being lost.
+  session = ray_local.RaySession(ray_local.RaySessionConfig(
+      address="ray://head:10001", start_timeout_s=0.2))
+  swallowed = []
+
+  class _Ray:
+
+    @staticmethod
+    def init(**kwargs):
+      del kwargs
+      try:
+        time.sleep(5)
+      except ray_local._Deadline:  # pylint: disable=protected-access
+        swallowed.append(True)
+      time.sleep(5)
+
+  t0 = time.monotonic()
+  with pytest.raises(ray_local._Deadline):  # pylint: disable=protected-access
+    session._init_with_deadline(_Ray, {})  # pylint: disable=protected-access
+  assert swallowed and time.monotonic() - t0 < 2
+
+
 def test_cluster_address_is_accepted():
   config = ray_local.RaySessionConfig(address="ray://head:10001")
   assert not config.local

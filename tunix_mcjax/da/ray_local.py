@@ -372,7 +372,10 @@ class RaySession:
     flags.enter_context(compat_ray.loopback_node_ip(
         self.config.local or _on_loopback(self.config.address)))
     old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    old_delay, _ = signal.setitimer(signal.ITIMER_REAL, timeout)
+    # Again every 0.25 s until disarmed: an alarm that lands where Python
+    # ignores exceptions (logging's at-fork hook while ray.init starts a
+    # process) would otherwise be lost, and the deadline with it.
+    old_delay, _ = signal.setitimer(signal.ITIMER_REAL, timeout, 0.25)
     t0 = time.monotonic()
     try:
       if backstop is not None:

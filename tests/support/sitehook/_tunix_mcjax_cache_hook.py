@@ -20,11 +20,13 @@ the suite's cache is on. Two things of JAX 0.12 keep hosts 1..N-1 of a CPU
 job from ever reading the cache (docs/testing.md):
 - a CPU cache key holds the process's own topology fingerprint (its local
   devices and process index), so host 1's key for the global program all
-  hosts share differs from host 0's; here a key over CPU devices holds the
-  program's device assignment (kind, id, process index) and this machine's
-  CPU instead, the same in every host, as JAX's keys are on GPU and TPU;
-- only process 0 writes entries; here every host also writes the programs
-  of its own devices (its engine's), which no other host writes.
+  hosts share differs from host 0's; here a key over CPU devices holds
+  this machine's CPU and the program's device layout over processes (each
+  device's kind and process relative to the first), and leaves the device
+  assignment out, as JAX's keys do on GPU (the executable is loaded onto
+  the reader's devices): the same in every host, for the global programs
+  and for each host's local ones (its engine's, on its own devices);
+- only process 0 writes entries; here every host writes.
 With the keys the same in every host, JAX's own
 `jax_share_binary_between_hosts` works on CPU too, and is on here: a
 program over several hosts' devices that is in no cache is compiled by the
