@@ -164,7 +164,7 @@ def test_every_ray_process_is_found_by_the_session_variable(probe_run):
 def test_no_idle_worker_is_prestarted(probe_run):
   # Every actor has a runtime env of its own (its devices), which no worker
   # Ray prestarts has: the session turns prestarting off. The check sees
-  # Ray's workers: the actor's.
+  # Ray's processes (its agents, the actor's worker), so not an empty list.
   workers = [c for c in probe_run["cmdlines"] if c.startswith("ray::")]
   assert workers and not [c for c in workers if c.startswith("ray::IDLE")], (
       probe_run["cmdlines"])

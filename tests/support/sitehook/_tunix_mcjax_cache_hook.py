@@ -116,19 +116,12 @@ def install(seconds=None) -> None:
     return hash_compile_options(hash_obj, compile_options_obj,
                                 strip_device_assignment=True)
 
-  def write_own(key, compile_time_secs, module_name, backend, executable):
-    process = distributed.global_state.process_id
-    try:
-      # The executable knows only its local devices: a host other than 0
-      # also writes the programs over every host's devices, and in a cold
-      # run either host may write one first.
-      own = process and all(d.process_index == process
-                            for d in executable.local_devices())
-    except Exception:  # pylint: disable=broad-exception-caught
-      own = False
-    if not own:
+  def write_every_host(key, compile_time_secs, module_name, backend,
+                       executable):
+    if not distributed.global_state.process_id:
       return cache_write(key, compile_time_secs, module_name, backend,
                          executable)
+    # JAX writes from process 0 only; the others' entries go in here.
     if compile_time_secs < config.persistent_cache_min_compile_time_secs.value:
       return None
     try:
@@ -146,27 +139,25 @@ def install(seconds=None) -> None:
     # A miss: one process of the suite compiles a key at a time, and one
     # that waited reads what the other wrote instead of compiling it again.
     lock = _lock_file(config.compilation_cache_dir.value, key)
-    if lock is None:
-      return compile_and_write(backend, computation, executable_devices,
-                               compile_options, host_callbacks, module_name,
-                               key)
     try:
-      fcntl.flock(lock, fcntl.LOCK_EX)
-      executable, _ = compiler._cache_read(  # pylint: disable=protected-access
-          module_name, key, compile_options, backend, executable_devices,
-          host_callbacks)
-      if executable is not None:
-        monitoring.record_event("/jax/compilation_cache/cache_hits")
-        return executable
+      if lock is not None:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        executable, _ = compiler._cache_read(  # pylint: disable=protected-access
+            module_name, key, compile_options, backend, executable_devices,
+            host_callbacks)
+        if executable is not None:
+          monitoring.record_event("/jax/compilation_cache/cache_hits")
+          return executable
       return compile_and_write(backend, computation, executable_devices,
                                compile_options, host_callbacks, module_name,
                                key)
     finally:
-      os.close(lock)  # releases the lock
+      if lock is not None:
+        os.close(lock)  # releases the lock
 
   cache_key._hash_accelerator_config = shared_hash  # pylint: disable=protected-access
   cache_key._hash_serialized_compile_options = hash_options  # pylint: disable=protected-access
-  compiler._cache_write = write_own  # pylint: disable=protected-access
+  compiler._cache_write = write_every_host  # pylint: disable=protected-access
   compiler._compile_and_write_cache = compile_once  # pylint: disable=protected-access
   if os.environ.get(BINARIES_ENV, "1") != "0":
     import jax  # pylint: disable=g-import-not-at-top
