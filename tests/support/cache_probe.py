@@ -37,19 +37,23 @@ def main() -> None:
   # pylint: enable=g-import-not-at-top
 
   # JAX's own messages when a host compiles a program for the others, or
-  # waits for one (jax_share_binary_between_hosts).
+  # waits for one (jax_share_binary_between_hosts; the suite keeps it off),
+  # and the cache keys it looks up.
   shared = []
+  keys = []
 
-  class _Shared(logging.Handler):
+  class _Compiler(logging.Handler):
 
     def emit(self, record):
       message = record.getMessage()
       if "sharing module" in message or "Waiting for module" in message:
         shared.append(message.split()[0])
+      elif "with key '" in message:
+        keys.append(message.rsplit("with key '", 1)[1].rstrip("'"))
 
   compiler_log = logging.getLogger("jax._src.compiler")
   compiler_log.setLevel(logging.DEBUG)
-  compiler_log.addHandler(_Shared())
+  compiler_log.addHandler(_Compiler())
 
   hits = []
   monitoring.register_event_listener(
@@ -60,9 +64,10 @@ def main() -> None:
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
   local = np.arange(info.local_device_count, dtype=np.float32)
   x = jax.make_array_from_process_local_data(sharding, local)
-  before = len(hits)
+  before, keys_before = len(hits), len(keys)
   total = jax.jit(lambda v: jnp.sum(v * 3.0))(x)
   global_hits = len(hits) - before
+  global_key = keys[keys_before] if len(keys) > keys_before else None
   # "Process" (compiled and shared) or "Waiting" (got it from another).
   global_shared = sorted(set(shared))
 
@@ -74,6 +79,7 @@ def main() -> None:
       "host": info.process_index,
       "global_hits": global_hits,
       "global_shared": global_shared,
+      "global_key": global_key,
       "local_hits": local_hits,
       "total": float(total),
       "local": [float(v) for v in np.asarray(local_value)],

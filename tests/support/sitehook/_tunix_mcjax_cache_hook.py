@@ -27,16 +27,17 @@ job from ever reading the cache (docs/testing.md):
   the reader's devices): the same in every host, for the global programs
   and for each host's local ones (its engine's, on its own devices);
 - only process 0 writes entries; here every host writes.
-With the keys the same in every host, JAX's own
-`jax_share_binary_between_hosts` works on CPU too, and is on here: a
-program over several hosts' devices that is in no cache is compiled by the
-first host only, which hands it to the others through the job's key-value
-store (TUNIX_MCJAX_TEST_SHARE_BINARIES=0 turns that off).
 And one compile per program and run: a process that misses takes the key's
 lock (a file in `<cache dir>.locks/`) and looks again before it compiles,
-so processes that need the same program at the same time (the rollout hosts
-of a DA job, separate JAX programs of the same devices) compile it once;
-the others read what the first wrote.
+so processes that need the same program at the same time (a job's hosts,
+the rollout hosts of a DA job, separate JAX programs of the same devices)
+compile it once; the others read what the first wrote.
+JAX's own `jax_share_binary_between_hosts` stays off: its first host
+serializes what `_compile_and_write_cache` returns, which here may be an
+executable read from the cache, and XLA:CPU (jaxlib 0.12) serializes a
+deserialized executable without its kernels, so the other hosts got a
+program that fails with "Function ... not found" (seen in a warm `make
+test`). The lock already makes the other hosts read the first one's entry.
 """
 
 import fcntl
@@ -46,10 +47,6 @@ import platform
 import warnings
 
 ENV = "TUNIX_MCJAX_TEST_SHARE_CPU_CACHE"
-BINARIES_ENV = "TUNIX_MCJAX_TEST_SHARE_BINARIES"
-# A host waiting for a program another compiles: long enough for the
-# slowest compile of a loaded machine, short of the jobs' own timeouts.
-_SHARE_TIMEOUT_MS = 300_000
 
 _installed = []
 
@@ -159,12 +156,6 @@ def install(seconds=None) -> None:
   cache_key._hash_serialized_compile_options = hash_options  # pylint: disable=protected-access
   compiler._cache_write = write_every_host  # pylint: disable=protected-access
   compiler._compile_and_write_cache = compile_once  # pylint: disable=protected-access
-  if os.environ.get(BINARIES_ENV, "1") != "0":
-    import jax  # pylint: disable=g-import-not-at-top
-
-    jax.config.update("jax_share_binary_between_hosts", True)
-    jax.config.update("jax_share_binary_between_hosts_timeout_ms",
-                      _SHARE_TIMEOUT_MS)
   _installed.append(True)
 
 
