@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import ctypes
 import json
 import os
@@ -132,10 +133,9 @@ def attribute(records: Iterable[dict[str, object]],
               boot_time: float) -> dict[str, list[float]]:
   """CPU seconds and count by kind; records matched by pid and start."""
   by_pid = collections.defaultdict(list)
+  cmdline_of = {}
   for (pid, start), info in seen.items():
     by_pid[pid].append((boot_time + start / _CLK, info))
-  cmdline_of = {}
-  for (pid, _), info in seen.items():
     cmdline_of.setdefault(pid, info["cmdline"])
   totals = collections.defaultdict(lambda: [0, 0.0])
   for rec in records:
@@ -179,25 +179,15 @@ def table(totals: dict[str, list[float]], wall_s: float,
   return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-  if "--" not in argv:
-    print("usage: cpu_by_process.py [--out DIR] -- COMMAND...", file=sys.stderr)
-    return 2
-  split = argv.index("--")
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", help="keep the raw records here")
-  args = parser.parse_args(argv[:split])
-  command = argv[split + 1:]
-  out = args.out or tempfile.mkdtemp(prefix="cpu_by_process.")
-  os.makedirs(out, exist_ok=True)
+def _measure(command: list[str], out: str) -> tuple[int, str]:
+  """Runs `command` under accounting; (its exit status, the table)."""
   acct_path = os.path.join(out, "acct.bin")
   open(acct_path, "wb").close()
   libc = ctypes.CDLL(None, use_errno=True)
   if libc.acct(acct_path.encode()) != 0:
-    print(f"cpu_by_process.py: process accounting could not start "
-          f"({os.strerror(ctypes.get_errno())}); run it as root on a kernel "
-          "with BSD process accounting.", file=sys.stderr)
-    return 2
+    raise OSError(f"process accounting could not start "
+                  f"({os.strerror(ctypes.get_errno())}); run it as root on a "
+                  "kernel with BSD process accounting")
   sampler = _Sampler()
   sampler.start()
   start, busy = time.time(), _busy_ticks()
@@ -214,11 +204,27 @@ def main(argv: list[str]) -> int:
   with open(os.path.join(out, "processes.json"), "w", encoding="utf-8") as f:
     json.dump([{"pid": p, "start": s, **i}
                for (p, s), i in sampler.seen.items()], f)
-  print(table(attribute(records, sampler.seen, _boot_time()), wall_s, busy_s))
-  if not args.out:
-    os.remove(acct_path)
-    os.remove(os.path.join(out, "processes.json"))
-    os.rmdir(out)
+  totals = attribute(records, sampler.seen, _boot_time())
+  return status, table(totals, wall_s, busy_s)
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(
+      description=__doc__.splitlines()[0],
+      usage="cpu_by_process.py [--out DIR] -- COMMAND...")
+  parser.add_argument("--out", help="keep the raw records here")
+  parser.add_argument("command", nargs="+", help="what to run, after --")
+  args = parser.parse_args(argv)
+  with contextlib.ExitStack() as stack:
+    out = args.out or stack.enter_context(
+        tempfile.TemporaryDirectory(prefix="cpu_by_process."))
+    os.makedirs(out, exist_ok=True)
+    try:
+      status, text = _measure(args.command, out)
+    except OSError as e:
+      print(f"cpu_by_process.py: {e}", file=sys.stderr)
+      return 2
+  print(text)
   return status
 
 

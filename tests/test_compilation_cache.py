@@ -144,9 +144,7 @@ def test_a_process_reads_what_another_compiled_while_it_waited(tmp_path):
   try:
     # It opens the key's lock only after its own cache read missed.
     deadline = time.monotonic() + 60
-    while not any(
-        os.path.realpath(f"/proc/{proc.pid}/fd/{fd}") == str(locks / key)
-        for fd in _fds(proc.pid)):
+    while not _has_open(proc.pid, locks / key):
       assert proc.poll() is None and time.monotonic() < deadline, (
           proc.communicate())
       time.sleep(0.05)
@@ -192,18 +190,28 @@ def test_hosts_that_waited_for_another_process_run_what_it_compiled(
   lock = os.open(locks / key, os.O_RDWR | os.O_CREAT)
   fcntl.flock(lock, fcntl.LOCK_EX)
   done = {}
-  thread = threading.Thread(target=lambda: done.update(hosts=job(cache)))
+
+  def run_job():
+    try:
+      done["hosts"] = job(cache)
+    except BaseException as e:  # pylint: disable=broad-exception-caught
+      done["error"] = e  # Raised below, in the test's own thread.
+
+  thread = threading.Thread(target=run_job)
   thread.start()
   try:
     deadline = time.monotonic() + 90
     while len(_pids_with_open(locks / key) - {os.getpid()}) < 2:
       assert thread.is_alive() and time.monotonic() < deadline, (
-          "the hosts did not both wait for the global program's lock")
+          done.get("error",
+                   "the hosts did not both wait for the global program's lock"))
       time.sleep(0.05)
     shutil.copy(entry, cache / entry.name)
   finally:
     os.close(lock)
     thread.join(timeout=180)
+  if "error" in done:
+    raise done["error"]
   hosts = done["hosts"]
   for host in (0, 1):
     assert hosts[host]["global_key"] == key, hosts
@@ -212,22 +220,22 @@ def test_hosts_that_waited_for_another_process_run_what_it_compiled(
 
 
 def _pids_with_open(path: pathlib.Path) -> set[int]:
-  pids = set()
-  for pid in filter(str.isdigit, os.listdir("/proc")):
-    for fd in _fds(int(pid)):
-      try:
-        if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
-          pids.add(int(pid))
-      except OSError:  # Closed meanwhile, or not ours to read.
-        pass
-  return pids
+  return {int(pid) for pid in os.listdir("/proc")
+          if pid.isdigit() and _has_open(int(pid), path)}
 
 
-def _fds(pid: int) -> list[str]:
+def _has_open(pid: int, path: pathlib.Path) -> bool:
   try:
-    return os.listdir(f"/proc/{pid}/fd")
+    fds = os.listdir(f"/proc/{pid}/fd")
   except OSError:
-    return []
+    return False
+  for fd in fds:
+    try:
+      if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+        return True
+    except OSError:  # Closed meanwhile, or not ours to read.
+      pass
+  return False
 
 
 def _two_host_probe_runs(cache, share: bool):

@@ -19,15 +19,11 @@ itself measured (one accounting file per machine), so the whole script is
 run by hand; its figures are in docs/testing.md.
 """
 
-import importlib.util
-import pathlib
 import struct
 
-_SCRIPT = (pathlib.Path(__file__).resolve().parents[1] / "scripts" /
-           "cpu_by_process.py")
-_spec = importlib.util.spec_from_file_location("cpu_by_process", _SCRIPT)
-cpu_by_process = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cpu_by_process)
+import repo_scripts
+
+cpu_by_process = repo_scripts.load("cpu_by_process")
 
 
 def _record(pid, ppid, start, utime, stime, name, version=3):

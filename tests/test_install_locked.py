@@ -15,20 +15,14 @@
 """The environment installer (scripts/install_locked.py): uv gets pip's
 index settings, read through the real `pip config list`."""
 
-import importlib.util
 import os
-import pathlib
 import sys
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+import repo_scripts
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location(
-      "install_locked", REPO_ROOT / "scripts" / "install_locked.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return repo_scripts.load("install_locked")
 
 
 def test_uv_reads_the_index_settings_pip_uses(tmp_path, monkeypatch):

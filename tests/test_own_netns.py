@@ -16,23 +16,19 @@
 """scripts/own_netns.py: how `make test` runs the main group's second shard
 and the fault modules (a network namespace and a temp dir of their own)."""
 
-import importlib.util
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / (
-    "own_netns.py")
+import repo_scripts
+
+SCRIPT = repo_scripts.SCRIPTS / "own_netns.py"
 
 
 def _module():
-  spec = importlib.util.spec_from_file_location("own_netns", SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return repo_scripts.load("own_netns")
 
 
 def _why_not() -> str | None:
