@@ -98,6 +98,23 @@ def test_make_and_temporary_are_owned_by_this_process(tmp_path):
   assert not os.path.exists(directory.name)
 
 
+def test_temporary_hands_what_it_sweeps_to_before_removal():
+  # (The vLLM engine removes a dead engine's shared memory this way.)
+  prefix = f"tunix_mcjax_test{os.getpid()}_"
+  dead = _dir(pathlib.Path(tempfile.gettempdir()), prefix + "dead",
+              _killed_owner())
+  seen = []
+  directory = temp_dirs.temporary(prefix, before_removal=seen.append)
+  try:
+    assert seen == [str(dead)] and not dead.exists()
+    # The live owner's directory (ours) is not handed over.
+    temp_dirs.temporary(prefix, before_removal=seen.append).cleanup()
+    assert seen == [str(dead)] and os.path.isdir(directory.name)
+  finally:
+    directory.cleanup()
+    shutil.rmtree(dead, ignore_errors=True)
+
+
 def test_a_killed_drivers_ray_dir_goes_with_its_leftover_processes():
   # A local Ray head whose driver was SIGKILLed: its temp dir stays, and so
   # may its processes (marked with the session variable). The next head's

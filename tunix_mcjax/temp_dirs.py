@@ -114,11 +114,13 @@ def sweep(prefixes: Sequence[str] = PREFIXES,
   return removed
 
 
-def temporary(prefix: str) -> tempfile.TemporaryDirectory:
+def temporary(prefix: str, *,
+              before_removal: Callable[[str], None] | None = None
+              ) -> tempfile.TemporaryDirectory:
   """`tempfile.TemporaryDirectory(prefix=...)` (removed when closed or
   collected), owned by this process, after sweeping the abandoned ones of
-  that prefix."""
-  sweep([prefix])
+  that prefix (`before_removal`: as in `sweep`)."""
+  sweep([prefix], before_removal=before_removal)
   directory = tempfile.TemporaryDirectory(prefix=prefix)
   mark(directory.name)
   return directory

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import pathlib
 import stat
 import subprocess
 import sys
@@ -50,6 +51,7 @@ from tunix_mcjax.recipes import models  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import base  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import native  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.engines import vllm as vllm_engine  # pylint: disable=g-import-not-at-top
+from tunix_mcjax.engines import vllm_options  # pylint: disable=g-import-not-at-top
 from tunix_mcjax.registry import ENGINES  # pylint: disable=g-import-not-at-top
 
 pytestmark = [pytest.mark.vllm]
@@ -484,7 +486,8 @@ def test_tp2_close_ends_its_workers(tp_engines):
 
 def test_tp2_workers_end_with_a_killed_host():
   """A SIGKILLed process's vLLM workers exit (vLLM's death pipe), and the
-  next engine's start sweeps the dead one's directory (its sockets)."""
+  next engine's start sweeps the dead one's directory (its sockets) and
+  its workers' shared memory."""
   program = os.path.join(os.path.dirname(__file__), os.pardir, "support",
                          "vllm_tp_host.py")
   proc = subprocess.Popen([sys.executable, program], stdout=subprocess.PIPE,
@@ -502,8 +505,15 @@ def test_tp2_workers_end_with_a_killed_host():
   _, alive = psutil.wait_procs(workers, timeout=60)
   assert not alive, alive
   assert os.path.isdir(engine_dir)  # SIGKILL ran no clean-up ...
-  temp_dirs.sweep()  # ... which the next engine's start does.
+  # What its workers' shared memory is named by (recorded at its start).
+  idents = pathlib.Path(engine_dir, vllm_options.SHM_NAMES_FILE).read_text()
+  assert len(idents.split()) == 1, idents
+  # ... which the next engine's start does (VllmEngine's sweep).
+  temp_dirs.sweep(["tunix_mcjax_vllm_"],
+                  before_removal=vllm_options.remove_shared_memory)
   assert not os.path.exists(engine_dir)
+  left = [n for n in os.listdir("/dev/shm") if n.startswith(idents.strip())]
+  assert not left, left
 
 
 def test_row_seeds_depend_only_on_identity():

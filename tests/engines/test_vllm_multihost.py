@@ -30,10 +30,13 @@ host. Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`).
      same rollouts and rewards, losses and parameters within 1e-6. GRPO
      trains against the trainer's log-probs, not the rollout's, so vLLM's
      tp 2 log-probs (within 1e-5 of tp 1: tests/engines/test_vllm.py) do
-     not enter the update.
+     not enter the update;
+   - the hosts closed their engines when the job ended: nothing of the
+     runs is left in /dev/shm (vLLM's tp workers' all-reduce segments).
 """
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -76,11 +79,17 @@ def test_engines_generate_from_the_published_weights():
 def tp_runs_fixture(shared_runs):
   flags = (*example_runs.EQUIVALENCE_FLAGS, "--engine=vllm", "--num_hosts=2",
            "--devices_per_host=2")
-  return {
+  # This group's pytest runs alone: what appears in /dev/shm meanwhile is
+  # the runs'.
+  shm_before, started = set(os.listdir("/dev/shm")), shared_runs.started
+  runs = {
       "tunix": shared_runs.example(*flags, "--backend=tunix"),
       "tp2": shared_runs.example(*flags, "--backend=mcjax", "--engine_tp=2",
                                  "--transfer_guard=disallow"),
   }
+  runs["shm_left"] = set(os.listdir("/dev/shm")) - shm_before
+  runs["launched"] = shared_runs.started - started
+  return runs
 
 
 @pytest.mark.e2e
@@ -127,3 +136,9 @@ def test_engine_tp2_equals_stock(tp_runs):
     layout = json.loads(
         (tp_runs["tp2"] / f"engine_layout_host{host}.json").read_text())
     assert layout["mesh"] == {"fsdp": 1, "tp": 2}, layout["mesh"]
+
+
+@pytest.mark.e2e
+def test_the_hosts_closed_their_engines(tp_runs):
+  assert tp_runs["launched"] == 2  # Both runs started here, watched.
+  assert not tp_runs["shm_left"], sorted(tp_runs["shm_left"])

@@ -28,6 +28,7 @@ import pytest
 from tunix.rl.rollout import base_rollout
 
 from tunix_mcjax.engines import vllm_lora
+from tunix_mcjax.engines import vllm_options
 from tunix_mcjax.engines import vllm_requests
 from tunix_mcjax.engines import vllm_staging
 
@@ -198,3 +199,28 @@ def test_scoring_requests_strip_padding_and_read_prompt_logprobs():
           for inp in inputs]
   got = vllm_requests.scored_logps(outs, inputs, spans, completions.shape)
   np.testing.assert_array_equal(got, [[-3, -0, -4, 0], [0, 0, 0, 0]])
+
+
+def test_an_engines_shared_memory_goes_and_no_other(tmp_path):
+  engine_dir, shm = tmp_path / "engine", tmp_path / "shm"
+  engine_dir.mkdir()
+  shm.mkdir()
+  # vLLM's rendezvous file, recorded at the engine's start, which its
+  # workers remove if they exit normally.
+  (engine_dir / "vllm_dist_aa").write_text("")
+  vllm_options.note_shared_memory(str(engine_dir))
+  (engine_dir / "vllm_dist_aa").unlink()
+  ours = [shm / f"vllm_dist_aa-tp:0-[0-1]-cpushm_{rank}" for rank in (0, 1)]
+  # Another engine's (one whose uuid starts with ours too), and vLLM's
+  # message queues, which are not the engine's to remove.
+  others = [shm / "vllm_dist_ab-tp:0-[0-1]-cpushm_0",
+            shm / "vllm_dist_aab-tp:0-[0-1]-cpushm_0", shm / "psm_1f"]
+  for path in ours + others:
+    path.write_bytes(b"x")
+  removed = vllm_options.remove_shared_memory(str(engine_dir), str(shm))
+  assert sorted(removed) == sorted(str(p) for p in ours)
+  assert not any(p.exists() for p in ours)
+  assert all(p.exists() for p in others)
+  # An engine directory that is already gone: nothing to name them by.
+  assert vllm_options.remove_shared_memory(str(tmp_path / "gone"),
+                                           str(shm)) == []

@@ -87,7 +87,15 @@ def run_example(out: pathlib.Path, *args: str,
       env=launch_utils.launcher_env(), capture_output=True, text=True,
       timeout=timeout,
   )
-  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+  if proc.returncode != 0:
+    # The tails below are what a CI log keeps; the whole output (every
+    # host's lines) stays with the run.
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stdout.txt").write_text(proc.stdout)
+    (out / "stderr.txt").write_text(proc.stderr)
+  assert proc.returncode == 0, (
+      f"exit {proc.returncode}; whole output in {out}/std{{out,err}}.txt\n"
+      + proc.stdout[-4000:] + proc.stderr[-4000:])
   return out
 
 

@@ -163,8 +163,7 @@ class VllmEngine(base.Engine):
     if context.source_mapping is not None:
       raise NotImplementedError(
           "VllmEngine does not apply a source_mapping; publish the engine"
-          " model's own parameters."
-      )
+          " model's own parameters.")
     engine_mesh, source = base.engine_mesh_and_source(
         "VllmEngine", context, mesh=mesh, rollout_actor=rollout_actor)
     self._tp = base.engine_tp(engine_mesh)
@@ -175,8 +174,7 @@ class VllmEngine(base.Engine):
     if not isinstance(config, qwen3_lib.ModelConfig):
       raise NotImplementedError(
           "VllmEngine publishes Tunix Qwen3 models (tunix.models.qwen3); got"
-          f" a {type(source).__name__} with config {type(config).__name__}."
-      )
+          f" a {type(source).__name__} with config {type(config).__name__}.")
     self._mapping = qwen3_hf.TunixQwen3ToHf(config)
     self._tied = bool(config.use_tied_embedding)
     self._head_dim = int(config.head_dim)
@@ -232,7 +230,8 @@ class VllmEngine(base.Engine):
         transfer=self._options.transfer, torch=torch)
     # The engine's own (removed at close, swept if the process dies): the HF
     # config unless options.config_dir is given, and vLLM's temp files.
-    self._tmpdir = temp_dirs.temporary("tunix_mcjax_vllm_")
+    self._tmpdir = temp_dirs.temporary(
+        "tunix_mcjax_vllm_", before_removal=vllm_options.remove_shared_memory)
     config_dir = self._options.config_dir or self._tmpdir.name
     eos = self._tokenizer.eos_id()
     qwen3_hf.write_hf_config_dir(
@@ -318,14 +317,16 @@ class VllmEngine(base.Engine):
                                             on_cpu=on_cpu))
     if on_cpu:
       vllm_options.check_cpu_head_dim(self._head_dim)
-    # vLLM's single-worker executor rendezvouses through a file in the temp
-    # dir (vllm_dist_<uuid>) that it never removes: ours goes at close.
+    # vLLM rendezvouses through a file in the temp dir (vllm_dist_<uuid>,
+    # ours goes at close), whose name its tp workers' shared memory takes.
     # Engine tp > 1: the workers' start method and CPU cores, for this call.
     with temp_dirs.as_tempdir(self._tmpdir.name), vllm_options.environment(
         vllm_options.worker_environment(self._tp, on_cpu=on_cpu,
                                         rpc_dir=self._tmpdir.name)):
       compat_vllm.reread_environment()
-      return self._vllm.LLM(**kwargs)
+      llm = self._vllm.LLM(**kwargs)
+    vllm_options.note_shared_memory(self._tmpdir.name)
+    return llm
 
   # --- Engine interface ------------------------------------------------------
 
@@ -461,8 +462,7 @@ class VllmEngine(base.Engine):
       raise RuntimeError(
           f"Publication is incomplete: parameter {names[0]!r} ({len(names)}"
           " held in all) arrived without the rest of its vLLM module, so"
-          " the engine would mix old and new weights."
-      )
+          " the engine would mix old and new weights.")
 
   def generate(
       self,
@@ -564,8 +564,7 @@ class VllmEngine(base.Engine):
     if prompts.shape[0] != completions.shape[0]:
       raise ValueError(
           f"prompt_tokens has {prompts.shape[0]} rows but completion_tokens"
-          f" has {completions.shape[0]}."
-      )
+          f" has {completions.shape[0]}.")
     inputs, spans = vllm_requests.scoring_inputs(
         prompts, completions, self._tokenizer.pad_id())
     params = self._vllm.SamplingParams(
@@ -596,5 +595,6 @@ class VllmEngine(base.Engine):
       compat_vllm.shutdown(llm, worker_processes=self._tp > 1)
       del llm
     if self._tmpdir is not None:
+      vllm_options.remove_shared_memory(self._tmpdir.name)
       self._tmpdir.cleanup()
       self._tmpdir = None

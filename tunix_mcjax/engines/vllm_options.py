@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
+import glob
 import os
 from typing import Any
 
@@ -216,6 +217,46 @@ def worker_environment(engine_tp: int, *, on_cpu: bool, rpc_dir: str,
     out["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
         ",".join(str(c) for c in g) for g in groups)
   return {k: v for k, v in out.items() if k not in environ}
+
+
+# In an engine's own directory: the names its tp workers' shared memory
+# takes (`note_shared_memory`).
+SHM_NAMES_FILE = ".vllm_dist_names"
+
+
+def note_shared_memory(engine_dir: str) -> None:
+  """Records, once the engine has started, the names of its rendezvous
+  files in `engine_dir` (workers that exit normally remove them)."""
+  names = [e.name for e in os.scandir(engine_dir)
+           if e.name.startswith("vllm_dist_")]
+  with open(os.path.join(engine_dir, SHM_NAMES_FILE), "w") as f:
+    f.write("".join(f"{name}\n" for name in names))
+
+
+def remove_shared_memory(engine_dir: str,
+                         shm_dir: str = "/dev/shm") -> list[str]:
+  """Removes the CPU all-reduce segments of the engine whose own directory
+  is `engine_dir`; returns their paths.
+
+  vLLM's CPU workers at tp > 1 name them after the rendezvous file in the
+  engine's temp dir (`<vllm_dist_uuid>-<group>-cpushm_<rank>`, 4 MiB each)
+  and unlink them only on a normal exit: workers that the engine's shutdown
+  timeout ends, or that lose their host to SIGKILL, leave them behind.
+  Only names under this engine's own uuid (`note_shared_memory`) are
+  touched.
+  """
+  try:
+    with open(os.path.join(engine_dir, SHM_NAMES_FILE)) as f:
+      idents = f.read().split()
+  except OSError:
+    return []
+  removed = []
+  for ident in idents:
+    for path in glob.glob(os.path.join(shm_dir, glob.escape(ident) + "-*")):
+      with contextlib.suppress(OSError):
+        os.unlink(path)
+        removed.append(path)
+  return removed
 
 
 def check_cpu_head_dim(head_dim: int) -> None:

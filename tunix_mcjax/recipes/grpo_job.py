@@ -538,4 +538,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     dump.write(cluster, records, host=info.process_index,
                engine_params=(cfg.lora_rank is not None
                               and cfg.backend != "mcjax_da"))
+  # What our engine holds outside JAX (vLLM's tp workers, their shared
+  # memory) ends with the job: Tunix's clusters never close their rollout.
+  getattr(cluster.rollout, "close", lambda: None)()
   return summary
