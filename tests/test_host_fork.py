@@ -42,6 +42,6 @@ def test_what_keeps_hosts_from_being_forked(tmp_path):
       "None",
       "the hosts' JAX_ENABLE_X64 differs from this process's",
       f"{host_fork.ENV_HOST_START}=spawn",
-      "this process runs 1 other thread(s)",
+      "this process runs 1 other thread(s): waiter",
       "JAX's backend has started in this process",
   ]

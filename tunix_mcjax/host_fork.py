@@ -71,8 +71,11 @@ def fork_blocker(host_envs: Sequence[Mapping[str, str]]) -> str | None:
     return "forking hosts is done on Linux only"
   if os.environ.get(ENV_HOST_START) == "spawn":
     return f"{ENV_HOST_START}=spawn"
-  if threading.active_count() != 1:
-    return f"this process runs {threading.active_count() - 1} other thread(s)"
+  others = [t.name for t in threading.enumerate()
+            if t is not threading.current_thread()]
+  if others:
+    return (f"this process runs {len(others)} other thread(s):"
+            f" {', '.join(sorted(others))}")
   from tunix_mcjax import runtime  # pylint: disable=g-import-not-at-top
 
   started = runtime.backend_started()

@@ -36,7 +36,7 @@ def main() -> None:
   print(host_fork.fork_blocker([env]))
   del os.environ[host_fork.ENV_HOST_START]
   stop = threading.Event()
-  thread = threading.Thread(target=stop.wait)
+  thread = threading.Thread(target=stop.wait, name="waiter")
   thread.start()
   print(host_fork.fork_blocker([env]))
   stop.set()
