@@ -418,7 +418,7 @@ def test_vllm_tp_workers_are_spawned_on_cores_of_their_own():
   assert env(1, on_cpu=True, cpus=[0, 1]) == {}
   assert env(2, on_cpu=True, cpus=[0, 1]) == {
       "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "VLLM_RPC_BASE_PATH": "/e",
-      "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+      "PYTHONFAULTHANDLER": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
   assert env(2, on_cpu=True, cpus=[4, 5, 6, 7, 8])[
       "VLLM_CPU_OMP_THREADS_BIND"] == "4,5|6,7"
   # More workers than cores: they share the cores in turn.
@@ -428,7 +428,7 @@ def test_vllm_tp_workers_are_spawned_on_cores_of_their_own():
   assert "VLLM_CPU_OMP_THREADS_BIND" not in env(2, on_cpu=False)
   assert env(2, on_cpu=True, cpus=[0, 1], environ={
       "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_RPC_BASE_PATH": "/u",
-      "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}) == {}
+      "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONFAULTHANDLER": ""}) == {}
 
 
 # --- the example: 2 hosts x 4 devices, engine tp 2 ------------------------------

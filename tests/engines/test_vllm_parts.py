@@ -19,6 +19,10 @@ run everywhere, with stand-ins for torch and vLLM's request and output
 types.
 """
 
+import os
+import signal
+import subprocess
+import sys
 import types
 
 import jax
@@ -224,3 +228,37 @@ def test_an_engines_shared_memory_goes_and_no_other(tmp_path):
   # An engine directory that is already gone: nothing to name them by.
   assert vllm_options.remove_shared_memory(str(tmp_path / "gone"),
                                            str(shm)) == []
+
+
+class _TimedOutLlm:
+  """Stands in for vLLM at its execute-model timeout (which no test can
+  bring about on demand)."""
+
+  def generate(self, inputs, params, use_tqdm):
+    del inputs, params, use_tqdm
+    raise TimeoutError("RPC call to execute_model timed out.")
+
+
+def test_a_timeout_aborts_the_workers_which_print_their_stacks():
+  # A child titled as vLLM titles its workers, started with the
+  # environment worker_environment gives them; and a child that is not one.
+  worker = subprocess.Popen(
+      ["VLLM::Worker_TP0", "-c",
+       "import time\nprint('up', flush=True)\ntime.sleep(60)"],
+      executable=sys.executable, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  other = subprocess.Popen(["sleep", "60"])
+  try:
+    assert worker.stdout.readline() == "up\n"
+    with pytest.raises(TimeoutError, match="execute_model"):
+      vllm_options.generate(_TimedOutLlm(), [], None)
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == -signal.SIGABRT, err
+    # Its stack, from inside the sleep: where it hung.
+    assert "Fatal Python error: Aborted" in err, err
+    assert 'File "<string>", line 3' in err, err
+    assert other.poll() is None
+  finally:
+    for proc in (worker, other):
+      proc.kill()
+      proc.wait()

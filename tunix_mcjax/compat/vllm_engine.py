@@ -106,6 +106,11 @@ def cpu_attention_head_sizes() -> list[int] | None:
     return None
 
 
+# The process title vLLM's multiprocess executor gives its workers
+# ("VLLM::Worker_TP0", ...).
+WORKER_TITLE_PREFIX = b"VLLM::Worker"
+
+
 def shutdown(llm: Any, *, worker_processes: bool = False) -> None:
   """Stops the engine inside `llm` where this vLLM has a way to (else no-op).
 

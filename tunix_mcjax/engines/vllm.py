@@ -522,7 +522,7 @@ class VllmEngine(base.Engine):
         for s in row_seeds(self._seed, ids)
     ]
     inputs = [{"prompt_token_ids": p} for p in prompt_ids]
-    outs = self._llm.generate(inputs, params, use_tqdm=False)
+    outs = vllm_options.generate(self._llm, inputs, params)
     tokens, logprobs = vllm_requests.completions(
         outs, stop=stop, return_logprobs=rollout_config.return_logprobs)
     return base_rollout.RolloutOutput(
@@ -570,7 +570,7 @@ class VllmEngine(base.Engine):
     params = self._vllm.SamplingParams(
         max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
     )
-    outs = self._llm.generate(inputs, params, use_tqdm=False)
+    outs = vllm_options.generate(self._llm, inputs, params)
     # vLLM scores on its own (PyTorch) side: the result comes from the host.
     with transfers.deliberate("torch_engine"):
       return jax.numpy.asarray(vllm_requests.scored_logps(

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import glob
 import os
+import signal
 from typing import Any
 
 from absl import logging
@@ -205,8 +206,9 @@ def worker_environment(engine_tp: int, *, on_cpu: bool, rpc_dir: str,
   environ = os.environ if environ is None else environ
   if engine_tp == 1:
     return {}
+  # PYTHONFAULTHANDLER: a worker that `generate` aborts prints its stacks.
   out = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn",
-         "VLLM_RPC_BASE_PATH": rpc_dir}
+         "VLLM_RPC_BASE_PATH": rpc_dir, "PYTHONFAULTHANDLER": "1"}
   if on_cpu:
     cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
     if len(cpus) >= engine_tp:  # Contiguous cores per worker.
@@ -257,6 +259,43 @@ def remove_shared_memory(engine_dir: str,
         os.unlink(path)
         removed.append(path)
   return removed
+
+
+def generate(llm: Any, inputs: Any, params: Any) -> Any:
+  """`llm.generate(inputs, params)`. When vLLM gives up waiting for its tp
+  workers (its execute-model timeout), each of them first prints every
+  thread's stack (`abort_workers`): the log then shows where they hung."""
+  try:
+    return llm.generate(inputs, params, use_tqdm=False)
+  except TimeoutError:
+    abort_workers()
+    raise
+
+
+def abort_workers(pid: int | None = None) -> list[int]:
+  """Sends SIGABRT to the vLLM workers among the children of `pid` (default
+  this process); returns their pids. Started with PYTHONFAULTHANDLER
+  (`worker_environment`), each prints every thread's Python stack, even
+  from native code, then ends."""
+  pid = os.getpid() if pid is None else pid
+  children = set()
+  for task in glob.glob(f"/proc/{pid}/task/*/children"):
+    with contextlib.suppress(OSError):
+      children.update(int(c) for c in open(task).read().split())
+  aborted = []
+  for child in sorted(children):
+    try:
+      with open(f"/proc/{child}/cmdline", "rb") as f:
+        if not f.read().startswith(compat_vllm.WORKER_TITLE_PREFIX):
+          continue
+      os.kill(child, signal.SIGABRT)
+    except OSError:  # Gone meanwhile.
+      continue
+    aborted.append(child)
+  if aborted:
+    logging.error("vLLM timed out waiting for its workers; aborted %s to"
+                  " print their stacks (above/below in this log).", aborted)
+  return aborted
 
 
 def check_cpu_head_dim(head_dim: int) -> None:
