@@ -280,8 +280,8 @@ def abort_workers(pid: int | None = None) -> list[int]:
   pid = os.getpid() if pid is None else pid
   children = set()
   for task in glob.glob(f"/proc/{pid}/task/*/children"):
-    with contextlib.suppress(OSError):
-      children.update(int(c) for c in open(task).read().split())
+    with contextlib.suppress(OSError), open(task) as f:
+      children.update(int(c) for c in f.read().split())
   aborted = []
   for child in sorted(children):
     try:
