@@ -141,7 +141,8 @@ PYTEST_ARGS := -q -p no:cacheprovider
 BESIDE_TESTS := tests/cluster tests/test_faults.py
 SHARD2_TESTS := tests/cli tests/bench tests/test_checkpointing.py \
   tests/test_checkpoint_gcs.py tests/da/test_da_resume.py \
-  tests/maxtext/test_maxtext_patching.py tests/engines/test_native.py
+  tests/maxtext/test_maxtext_patching.py tests/engines/test_native.py \
+  tests/engines/experimental/test_tpu_inference.py
 # "yes" where scripts/own_netns.py can make a namespace (expanded in the
 # recipe, once the venv exists).
 OWN_NETNS = $(shell $(PY) scripts/own_netns.py --check >/dev/null 2>&1 && echo yes)
