@@ -359,10 +359,9 @@ class GrpoCliPipeline(tunix_cli.GrpoPipeline):
     result = self._train()
     if self.options.params_out:
       self._write_params(self.options.params_out)
-    # Our engine's resources outside JAX (vLLM's tp workers, their shared
-    # memory) end with the job: Tunix's clusters never close their rollout.
-    getattr(getattr(self.rl_cluster, "rollout", None), "close",
-            lambda: None)()
+    from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
+
+    engine_base.close(getattr(self.rl_cluster, "rollout", None))
     return result
 
   def _write_params(self, path: str) -> None:

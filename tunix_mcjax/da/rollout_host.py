@@ -108,9 +108,9 @@ class RolloutHost:
     """Frees an engine that holds resources outside JAX (vLLM: its process
     state, shared memory and temporary directory); the launcher calls it
     when the job ends (`close_all`), before it ends the actor."""
-    close = getattr(self._engine, "close", None)
-    if close is not None:
-      close()
+    from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
+
+    engine_base.close(self._engine)
 
   def set_weights(self, version: int, flat: Any) -> dict[str, float]:
     """Installs published weights (all, or a LoRA actor's adapters).

@@ -398,6 +398,14 @@ def check_engine_mesh(mesh: jax.sharding.Mesh) -> None:
     )
 
 
+def close(engine: Any) -> None:
+  """Frees what `engine` holds outside JAX, where it has a `close` (vLLM:
+  its worker processes, their shared memory, its temp dir). Tunix's
+  clusters never close their rollout, so the job that made one calls this
+  when it ends."""
+  getattr(engine, "close", lambda: None)()
+
+
 def engine_tp(mesh: Mesh) -> int:
   """The engine's tensor-parallel degree: the size of the mesh's last axis.
 

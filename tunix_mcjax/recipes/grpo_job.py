@@ -538,7 +538,7 @@ def run(cfg: GrpoJobConfig) -> dict[str, Any]:
     dump.write(cluster, records, host=info.process_index,
                engine_params=(cfg.lora_rank is not None
                               and cfg.backend != "mcjax_da"))
-  # What our engine holds outside JAX (vLLM's tp workers, their shared
-  # memory) ends with the job: Tunix's clusters never close their rollout.
-  getattr(cluster.rollout, "close", lambda: None)()
+  from tunix_mcjax.engines import base as engine_base  # pylint: disable=g-import-not-at-top
+
+  engine_base.close(cluster.rollout)
   return summary
