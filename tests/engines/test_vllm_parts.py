@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import types
 
 import jax
@@ -239,12 +240,23 @@ class _TimedOutLlm:
     raise TimeoutError("RPC call to execute_model timed out.")
 
 
-def test_a_timeout_aborts_the_workers_which_print_their_stacks():
+# Takes an exclusive flock on argv[1], says "up", sleeps.
+_LOCK_AND_SLEEP = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('up', flush=True)\n"
+    "time.sleep(60)\n")
+
+
+def test_a_timeout_aborts_the_workers_which_print_their_stacks(
+    tmp_path, caplog):
   # A child titled as vLLM titles its workers, started with the
-  # environment worker_environment gives them; and a child that is not one.
+  # environment worker_environment gives them, holding a file lock; and a
+  # child that is not one.
+  lock = tmp_path / "held.lock"
   worker = subprocess.Popen(
-      ["VLLM::Worker_TP0", "-c",
-       "import time\nprint('up', flush=True)\ntime.sleep(60)"],
+      ["VLLM::Worker_TP0", "-c", _LOCK_AND_SLEEP, str(lock)],
       executable=sys.executable, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   other = subprocess.Popen(["sleep", "60"])
@@ -258,7 +270,44 @@ def test_a_timeout_aborts_the_workers_which_print_their_stacks():
     assert "Fatal Python error: Aborted" in err, err
     assert 'File "<string>", line ' in err, err
     assert other.poll() is None
+    # The log named the lock the worker held (before the abort ended it).
+    logged = [r.getMessage() for r in caplog.records
+              if "File locks held" in r.getMessage()]
+    assert len(logged) == 1, caplog.text
+    assert f"{lock}: FLOCK lock taken by pid {worker.pid}" in logged[0]
   finally:
     for proc in (worker, other):
       proc.kill()
       proc.wait()
+
+
+def test_held_file_locks_name_a_lock_that_outlived_its_taker(tmp_path):
+  # The taker forks a child that keeps the lock's descriptor, then ends:
+  # the lock lives on in the child, which is what a waiter waits for.
+  lock = tmp_path / "inherited.lock"
+  code = _LOCK_AND_SLEEP.replace(
+      "print('up', flush=True)\n",
+      "if os.fork():\n"
+      "  os._exit(0)\n"
+      "print(os.getpid(), flush=True)\n")
+  taker = subprocess.Popen([sys.executable, "-c", code, str(lock)],
+                           stdout=subprocess.PIPE, text=True)
+  child = int(taker.stdout.readline())
+  try:
+    assert taker.wait(timeout=30) == 0
+    mine = [line for line in vllm_options.held_file_locks()
+            if line.startswith(f"{lock}:")]
+    assert len(mine) == 1, mine
+    assert mine[0].startswith(
+        f"{lock}: FLOCK lock taken by pid {taker.pid} (gone); open in pid"
+        f" {child} ("), mine
+  finally:
+    os.kill(child, signal.SIGKILL)
+  # Once the last holder is gone, so is the lock.
+  for _ in range(100):
+    if not any(line.startswith(f"{lock}:")
+               for line in vllm_options.held_file_locks()):
+      break
+    time.sleep(0.05)
+  else:
+    pytest.fail(f"{lock} still locked after its holder's end")

@@ -263,13 +263,67 @@ def remove_shared_memory(engine_dir: str,
 
 def generate(llm: Any, inputs: Any, params: Any) -> Any:
   """`llm.generate(inputs, params)`. When vLLM gives up waiting for its tp
-  workers (its execute-model timeout), each of them first prints every
-  thread's stack (`abort_workers`): the log then shows where they hung."""
+  workers (its execute-model timeout), the log first gets the file locks
+  held on the machine (`held_file_locks`) and every worker thread's stack
+  (`abort_workers`): where they hung, and on whose lock if they wait on
+  one."""
   try:
     return llm.generate(inputs, params, use_tqdm=False)
   except TimeoutError:
+    # Before the abort, which releases what the workers hold.
+    locks = held_file_locks()
+    if locks:
+      logging.error("File locks held when vLLM timed out (a worker waiting"
+                    " on one shows it in its stack):\n%s", "\n".join(locks))
     abort_workers()
     raise
+
+
+def held_file_locks(proc: str = "/proc", limit: int = 20) -> list[str]:
+  """One line per file lock held on this machine (`/proc/locks`, at most
+  `limit`): the file and the processes that have it open, where their
+  descriptors show it, and the process that took the lock. A lock outlives
+  its taker in a child forked meanwhile: then the taker is "gone"."""
+  held = {}  # (major, minor, inode) -> (kind, taker's pid)
+  try:
+    with open(os.path.join(proc, "locks")) as f:
+      for fields in (line.split() for line in f):
+        if len(fields) < 6 or fields[1] == "->":  # "->": a waiter.
+          continue
+        major, minor, inode = fields[5].split(":")
+        held[(int(major, 16), int(minor, 16), int(inode))] = (
+            fields[1], int(fields[4]))
+  except (OSError, ValueError):
+    return []
+  open_in = {}  # key -> {(pid, path)}
+  for fd in glob.glob(os.path.join(proc, "[0-9]*", "fd", "*")) if held else ():
+    try:
+      st = os.stat(fd)
+      key = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+      if key in held:
+        open_in.setdefault(key, set()).add(
+            (int(fd.split(os.sep)[-3]), os.readlink(fd)))
+    except (OSError, ValueError):  # Gone meanwhile.
+      continue
+
+  def command(pid: int) -> str:
+    try:
+      with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
+        return f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+      return "gone"
+
+  lines = []
+  for key, (kind, taker) in sorted(held.items())[:limit]:
+    holders = sorted(open_in.get(key, ()))
+    paths = sorted({path for _, path in holders}) or [
+        "inode {}:{}:{}".format(*key)]
+    lines.append(
+        f"{', '.join(paths)}: {kind} lock taken by pid {taker}"
+        f" ({command(taker)}); open in "
+        + (", ".join(f"pid {pid} ({command(pid)})" for pid, _ in holders)
+           or "no process found"))
+  return lines
 
 
 def abort_workers(pid: int | None = None) -> list[int]:
