@@ -38,6 +38,11 @@ VLLM_TESTS := tests/engines/test_vllm.py tests/engines/test_vllm_multihost.py \
 # The quick loop: every test without a multihost, e2e, vllm or slow marker
 # (see pyproject.toml), plus the one short 2-host GRPO run marked smoke.
 FAST_TESTS := smoke or not (multihost or e2e or vllm or slow)
+# Its second half, run in a pytest (and network namespace) of its own beside
+# the first where a namespace can be made: one pytest keeps about one core
+# busy, compiling; the halves take about as long as each other.
+FAST_SHARD2 := tests/engines tests/recipes tests/cli tests/maxtext \
+  tests/bench tests/da
 
 .PHONY: help venv demo demo-da demo-agentic test test-fast test-timings lock clean bench bench-device device-wheels venv-vllm test-vllm demo-vllm lock-vllm venv-maxtext-vllm test-maxtext-vllm demo-maxtext-vllm maxtext-patched wheel
 
@@ -175,7 +180,13 @@ test-timings: test
 	  --stats mxv=$(STATS)/mxv --out docs/testing.md
 
 test-fast: $(STAMP)
-	$(call pytest,$(PY),tests -m "$(FAST_TESTS)" --durations=10)
+	$(eval NS := $(OWN_NETNS))
+	$(if $(NS),$(PY) scripts/run_beside.py runs/test-fast-beside.log \
+	  $(PY) scripts/own_netns.py $(PY) -m pytest $(FAST_SHARD2) \
+	    -m "$(FAST_TESTS)" -q -p no:cacheprovider --durations=5 ::: \
+	  $(PY) -m pytest tests -m "$(FAST_TESTS)" -q -p no:cacheprovider \
+	    $(addprefix --ignore=,$(FAST_SHARD2)) --durations=10,\
+	  $(call pytest,$(PY),tests -m "$(FAST_TESTS)" --durations=10))
 
 bench: $(STAMP)
 	$(PY) -m tunix_mcjax.bench --mode=$(or $(BENCH_MODE),quick) --out=runs/bench

@@ -15,6 +15,7 @@
 """The suite's fork server (tests/support/zygote.py), against `subprocess`:
 a program it forks sees what a new interpreter would, and ends alike."""
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -135,7 +136,7 @@ def test_a_client_that_goes_away_takes_its_program_along(tmp_path):
   kills what a closed connection asked for."""
   client = tmp_path / "client.py"
   sleeper = tmp_path / "sleep.py"
-  sleeper.write_text("import time\ntime.sleep(60)\n")
+  sleeper.write_text("import time\ntime.sleep(600)\n")
   client.write_text(
       "import sys\n"
       f"sys.path.insert(0, {str(pathlib.Path(zygote.__file__).parent)!r})\n"
@@ -143,8 +144,15 @@ def test_a_client_that_goes_away_takes_its_program_along(tmp_path):
       f"p = zygote.popen([sys.executable, {str(sleeper)!r}])\n"
       "print(p.pid, flush=True)\n"
       "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-  done = subprocess.run([sys.executable, str(client)], env=_env(tmp_path),
-                        capture_output=True, text=True, timeout=120)
+  try:
+    # The program has the client's stdout: this waits until it ends too.
+    done = subprocess.run([sys.executable, str(client)], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+  except subprocess.TimeoutExpired as e:
+    out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout
+    with contextlib.suppress(ProcessLookupError, ValueError):
+      os.kill(int(out), signal.SIGKILL)
+    pytest.fail(f"the program {out!r} outlived its killed client")
   assert done.returncode == -signal.SIGKILL, done.stderr
   launch_utils.assert_no_survivors([int(done.stdout)], wait_s=10)
 

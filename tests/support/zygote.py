@@ -545,6 +545,22 @@ def _serve(path: str) -> None:
           running[pid] = (None, pidfd)
           with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+  # The loop can end on its parent's exit before it reads that the same
+  # exit closed a client's connection: those programs go too.
+  for pid, (conn, _) in running.items():
+    if conn is not None and _closed(conn):
+      with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _closed(conn: socket.socket) -> bool:
+  """Whether the client closed `conn` (without waiting for it)."""
+  try:
+    return not conn.recv(1, socket.MSG_DONTWAIT)
+  except BlockingIOError:
+    return False
+  except OSError:
+    return True
 
 
 def _remove_own_files(path: str) -> None:
