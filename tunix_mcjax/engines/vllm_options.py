@@ -307,11 +307,10 @@ def held_file_locks(proc: str = "/proc", limit: int = 20) -> list[str]:
       continue
 
   def command(pid: int) -> str:
-    try:
-      with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
-        return f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
-    except OSError:
+    line = _cmdline(pid, proc)
+    if line is None:
       return "gone"
+    return line.replace(b"\0", b" ").decode(errors="replace")[:120]
 
   lines = []
   for key, (kind, taker) in sorted(held.items())[:limit]:
@@ -326,6 +325,15 @@ def held_file_locks(proc: str = "/proc", limit: int = 20) -> list[str]:
   return lines
 
 
+def _cmdline(pid: int, proc: str = "/proc") -> bytes | None:
+  """`pid`'s command line as the kernel keeps it; None once it is gone."""
+  try:
+    with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
+      return f.read()
+  except OSError:
+    return None
+
+
 def abort_workers(pid: int | None = None) -> list[int]:
   """Sends SIGABRT to the vLLM workers among the children of `pid` (default
   this process); returns their pids. Started with PYTHONFAULTHANDLER
@@ -338,10 +346,10 @@ def abort_workers(pid: int | None = None) -> list[int]:
       children.update(int(c) for c in f.read().split())
   aborted = []
   for child in sorted(children):
+    line = _cmdline(child)
+    if line is None or not line.startswith(compat_vllm.WORKER_TITLE_PREFIX):
+      continue
     try:
-      with open(f"/proc/{child}/cmdline", "rb") as f:
-        if not f.read().startswith(compat_vllm.WORKER_TITLE_PREFIX):
-          continue
       os.kill(child, signal.SIGABRT)
     except OSError:  # Gone meanwhile.
       continue
