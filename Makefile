@@ -127,23 +127,26 @@ demo-agentic: $(STAMP)
 
 # `make test` also records per-test and per-process statistics (JUnit XML
 # and one JSON per JAX process, tests/support/suite_stats.py) under
-# $(STATS); `make test-timings` renders them into docs/testing.md. The two
-# environments' groups run one after the other: side by side they were
-# slower on 2 cores (docs/testing.md). The main group leaves a core idle
-# about a quarter of the time (imports, tracing, waits), so it runs as two
-# shards side by side: SHARD2_TESTS (modules that share no session run with
-# the rest) beside the others. Beside both (scripts/run_beside.py; their
-# output follows the main group's): .venv-maxtext-vllm's build, then the
-# fault modules that mostly wait out the limits they test (BESIDE_TESTS:
-# namespaced machines, the step watchdog). The second shard and the fault
-# modules each run in a network namespace and a temp dir of their own
-# (scripts/own_netns.py), so that no group's ports, Ray heads or leftover
-# checks meet another's; where no namespace can be made (not root), the
-# second shard runs in the first one's pytest and the fault modules as
-# they are.
+# $(STATS); `make test-timings` renders them into docs/testing.md. Four
+# pytests run side by side where network namespaces can be made (each
+# group in a namespace and temp dir of its own, scripts/own_netns.py, so
+# that no group's ports, Ray heads or leftover checks meet another's;
+# scripts/run_beside.py, their output following the first's): the main
+# group's first shard; its second (SHARD2_TESTS: modules that share no
+# session run with the rest); the fault modules that mostly wait out the
+# limits they test (BESIDE_TESTS), then BALANCE_TESTS; and
+# .venv-maxtext-vllm's build, then its group. On 2 cores each group alone
+# leaves a core idle part of the time (imports, tracing, waits); together
+# they keep both busy (docs/testing.md, "Parallel runs"). Where no
+# namespace can be made (not root), the main group runs as one pytest with
+# the fault modules beside it in the root namespace, and the
+# .venv-maxtext-vllm group after them.
 STATS := runs/test-stats
 PYTEST_ARGS := -q -p no:cacheprovider
 BESIDE_TESTS := tests/cluster tests/test_faults.py
+# A module of the second shard that runs after the fault modules instead,
+# where namespaces keep its Ray jobs apart: the chains end closer together.
+BALANCE_TESTS := tests/cli/test_cli_agentic.py
 SHARD2_TESTS := tests/cli tests/bench tests/test_checkpointing.py \
   tests/test_checkpoint_gcs.py tests/da/test_da_resume.py \
   tests/maxtext/test_maxtext_patching.py tests/engines/test_native.py \
@@ -153,22 +156,27 @@ SHARD2_TESTS := tests/cli tests/bench tests/test_checkpointing.py \
 OWN_NETNS = $(shell $(PY) scripts/own_netns.py --check >/dev/null 2>&1 && echo yes)
 # Not written as $(MAKE) in the recipe, which `make -n test` would run.
 SUBMAKE = $(MAKE)
+# torch's compile cache where it is outside a namespace's own temp dir.
+INDUCTOR_CACHE = $(or $(TMPDIR),/tmp)/torchinductor_$(shell id -un)
 test: $(STAMP)
 	rm -rf $(STATS) && mkdir -p $(STATS)
 	$(eval NS := $(OWN_NETNS))
-	@$(if $(NS),true,echo ">> no network namespace here ($$($(PY) scripts/own_netns.py --check 2>&1)): the main group runs as one shard")
+	@$(if $(NS),true,echo ">> no network namespace here ($$($(PY) scripts/own_netns.py --check 2>&1)): the main group runs as one shard, the vLLM group after it")
 	$(PY) scripts/run_beside.py $(STATS)/beside.log \
-	  $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
-	  $(if $(NS),$(PY) scripts/own_netns.py) env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/beside $(PY) -m pytest $(BESIDE_TESTS) -m "not vllm" \
+	  $(if $(NS),,$(SUBMAKE) --no-print-directory $(STAMP_MXV) ::) \
+	  $(if $(NS),$(PY) scripts/own_netns.py) env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/beside $(PY) -m pytest $(BESIDE_TESTS) $(if $(NS),$(BALANCE_TESTS)) -m "not vllm" \
 	    --durations=5 --junitxml=$(STATS)/beside.xml $(PYTEST_ARGS) \
 	  $(if $(NS),--also=$(STATS)/main2.log $(PY) scripts/own_netns.py \
 	    env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main2 $(PY) -m pytest $(SHARD2_TESTS) -m "not vllm" \
-	    --durations=15 --junitxml=$(STATS)/main2.xml $(PYTEST_ARGS)) ::: \
+	    $(addprefix --ignore=,$(BALANCE_TESTS)) --durations=15 --junitxml=$(STATS)/main2.xml $(PYTEST_ARGS) \
+	  --also=$(STATS)/mxv.log $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
+	    env TORCHINDUCTOR_CACHE_DIR=$(INDUCTOR_CACHE) $(PY) scripts/own_netns.py $(SUBMAKE) --no-print-directory test-maxtext-vllm \
+	    MXV_PYTEST_ARGS=--junitxml=$(STATS)/mxv.xml MXV_STATS_ENV=TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv) ::: \
 	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY) -m pytest tests -m "not vllm" \
 	    $(addprefix --ignore=,$(BESIDE_TESTS) $(if $(NS),$(SHARD2_TESTS))) --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-maxtext-vllm \
+	$(if $(NS),,$(SUBMAKE) --no-print-directory test-maxtext-vllm \
 	  MXV_PYTEST_ARGS="--junitxml=$(STATS)/mxv.xml" \
-	  MXV_STATS_ENV="TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv"
+	  MXV_STATS_ENV="TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv")
 
 # Every test, then docs/testing.md's measured part from that run.
 test-timings: test

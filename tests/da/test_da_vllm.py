@@ -55,6 +55,7 @@ import psutil
 import pytest
 
 import example_runs
+import launch_utils
 
 pytestmark = [pytest.mark.vllm]
 
@@ -145,9 +146,10 @@ def test_lora_sends_adapters_maxtext_the_mapped_model(runs):
 def test_no_ray_process_outlives_the_jobs(runs):
   del runs  # Every run of this module has ended.
   left = [p.info for p in psutil.process_iter(["pid", "cmdline"])
-          if any(part.startswith("ray::") or "raylet" in part
-                 or "gcs_server" in part
-                 for part in (p.info["cmdline"] or ()))]
+          if launch_utils.in_this_network_namespace(p.info["pid"])
+          and any(part.startswith("ray::") or "raylet" in part
+                  or "gcs_server" in part
+                  for part in (p.info["cmdline"] or ()))]
   assert not left, left
 
 

@@ -393,9 +393,13 @@ def _children() -> set[int]:
 
 
 def _shared_files() -> set[str]:
-  """Shared-memory files, and the sockets in the temp dir."""
+  """vLLM's shared-memory files (its tp workers' all-reduce segments,
+  vllm_dist_*, and message queues, Python's psm_*: other names are other
+  programs', which `make test` runs beside this group), and the sockets in
+  the temp dir (this group's own)."""
   tmp = tempfile.gettempdir()
-  return set(os.listdir("/dev/shm")) | {
+  return {n for n in os.listdir("/dev/shm")
+          if n.startswith(("vllm_dist_", "psm_"))} | {
       name for name in os.listdir(tmp)
       if stat.S_ISSOCK(os.lstat(os.path.join(tmp, name)).st_mode)}
 
