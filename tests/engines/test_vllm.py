@@ -41,6 +41,8 @@ import psutil
 import pytest
 from tunix.rl.rollout import base_rollout
 
+import launch_utils
+
 vllm = pytest.importorskip("vllm")
 
 from tunix_mcjax import engines  # pylint: disable=g-import-not-at-top
@@ -393,13 +395,10 @@ def _children() -> set[int]:
 
 
 def _shared_files() -> set[str]:
-  """vLLM's shared-memory files (its tp workers' all-reduce segments,
-  vllm_dist_*, and message queues, Python's psm_*: other names are other
-  programs', which `make test` runs beside this group), and the sockets in
-  the temp dir (this group's own)."""
+  """vLLM's shared-memory files, and the sockets in the temp dir (this
+  group's own)."""
   tmp = tempfile.gettempdir()
-  return {n for n in os.listdir("/dev/shm")
-          if n.startswith(("vllm_dist_", "psm_"))} | {
+  return launch_utils.vllm_shared_memory() | {
       name for name in os.listdir(tmp)
       if stat.S_ISSOCK(os.lstat(os.path.join(tmp, name)).st_mode)}
 

@@ -36,7 +36,6 @@ host. Runs only where vLLM is installed (`.venv-vllm`, `make test-vllm`).
 """
 
 import json
-import os
 import pathlib
 
 import pytest
@@ -75,25 +74,18 @@ def test_engines_generate_from_the_published_weights():
     assert "['final_norm']['w']" in rec["errors"]["shape"], rec["errors"]
 
 
-def _vllm_shm() -> set[str]:
-  return {n for n in os.listdir("/dev/shm")
-          if n.startswith(("vllm_dist_", "psm_"))}
-
-
 @pytest.fixture(name="tp_runs", scope="module")
 def tp_runs_fixture(shared_runs):
   flags = (*example_runs.EQUIVALENCE_FLAGS, "--engine=vllm", "--num_hosts=2",
            "--devices_per_host=2")
-  # What vLLM makes there: its tp workers' all-reduce segments
-  # (vllm_dist_*) and message queues (Python's psm_*). Other names are
-  # other programs' (`make test` runs other groups beside this one).
-  shm_before, started = _vllm_shm(), shared_runs.started
+  shm_before = launch_utils.vllm_shared_memory()
+  started = shared_runs.started
   runs = {
       "tunix": shared_runs.example(*flags, "--backend=tunix"),
       "tp2": shared_runs.example(*flags, "--backend=mcjax", "--engine_tp=2",
                                  "--transfer_guard=disallow"),
   }
-  runs["shm_left"] = _vllm_shm() - shm_before
+  runs["shm_left"] = launch_utils.vllm_shared_memory() - shm_before
   runs["launched"] = shared_runs.started - started
   return runs
 

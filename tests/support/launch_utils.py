@@ -303,6 +303,15 @@ def in_this_network_namespace(pid: int) -> bool:
     return True
 
 
+def vllm_shared_memory() -> set[str]:
+  """The /dev/shm names a vLLM engine makes: its tp workers' all-reduce
+  segments (vllm_dist_*) and message queues (Python's psm_*). Other names
+  there are other programs': `make test` runs other groups beside the
+  vLLM group, in namespaces of their own, but /dev/shm is the machine's."""
+  return {name for name in os.listdir("/dev/shm")
+          if name.startswith(("vllm_dist_", "psm_"))}
+
+
 def descendants(pid: int) -> list[int]:
   """Every live process below `pid` (a launcher's hosts and their workers)."""
   children = _children_by_parent()
