@@ -156,6 +156,10 @@ SHARD2_TESTS := tests/cli tests/bench tests/test_checkpointing.py \
 OWN_NETNS = $(shell $(PY) scripts/own_netns.py --check >/dev/null 2>&1 && echo yes)
 # Not written as $(MAKE) in the recipe, which `make -n test` would run.
 SUBMAKE = $(MAKE)
+# The .venv-maxtext-vllm group, with the suite's statistics.
+MXV_GROUP = $(SUBMAKE) --no-print-directory test-maxtext-vllm \
+  MXV_PYTEST_ARGS=--junitxml=$(STATS)/mxv.xml \
+  MXV_STATS_ENV=TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv
 # torch's compile cache where it is outside a namespace's own temp dir.
 INDUCTOR_CACHE = $(or $(TMPDIR),/tmp)/torchinductor_$(shell id -un)
 test: $(STAMP)
@@ -170,13 +174,10 @@ test: $(STAMP)
 	    env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main2 $(PY) -m pytest $(SHARD2_TESTS) -m "not vllm" \
 	    $(addprefix --ignore=,$(BALANCE_TESTS)) --durations=15 --junitxml=$(STATS)/main2.xml $(PYTEST_ARGS) \
 	  --also=$(STATS)/mxv.log $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
-	    env TORCHINDUCTOR_CACHE_DIR=$(INDUCTOR_CACHE) $(PY) scripts/own_netns.py $(SUBMAKE) --no-print-directory test-maxtext-vllm \
-	    MXV_PYTEST_ARGS=--junitxml=$(STATS)/mxv.xml MXV_STATS_ENV=TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv) ::: \
+	    env TORCHINDUCTOR_CACHE_DIR=$(INDUCTOR_CACHE) $(PY) scripts/own_netns.py $(MXV_GROUP)) ::: \
 	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY) -m pytest tests -m "not vllm" \
 	    $(addprefix --ignore=,$(BESIDE_TESTS) $(if $(NS),$(SHARD2_TESTS))) --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
-	$(if $(NS),,$(SUBMAKE) --no-print-directory test-maxtext-vllm \
-	  MXV_PYTEST_ARGS="--junitxml=$(STATS)/mxv.xml" \
-	  MXV_STATS_ENV="TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/mxv")
+	$(if $(NS),,$(MXV_GROUP))
 
 # Every test, then docs/testing.md's measured part from that run.
 test-timings: test
