@@ -20,24 +20,31 @@
   within --step_timeout_s, naming the step, and the job ends.
 * Hosts started without the launcher (explicit coordinator variables): a
   killed host ends the other within 60 s, which names the peer it lost.
+* A disaggregated job (`--backend=mcjax_da`) that cannot finish within
+  --timeout: it ends within it (plus the hosts' stopping), one error line
+  naming what it was waiting for, and every process it started is gone.
 * A wrong flag or bad data: one line naming the fix, exit 2, no traceback,
   before any host starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import example_runs
 import launch_utils
-import zygote
+import psutil
 import pytest
+import zygote
 
 from tunix_mcjax import runtime
 from tunix_mcjax import step_watchdog
@@ -211,6 +218,57 @@ def test_without_a_launcher_a_killed_host_ends_the_others_naming_it(tmp_path):
   assert "it died or was cut off from this host" in lines[0]
   assert elapsed < 60, f"host 0 took {elapsed:.1f} s to stop"
   launch_utils.assert_no_survivors([h.pid for h in hosts])
+
+
+# Seconds a DA job gets: less than its Ray start and the hosts' start
+# (about 10 s on a quiet 2-core machine), so it always runs out.
+_DA_LIMIT_S = 8
+# What the job may take past its limit: the rollout hosts close their
+# engines (at most 20 s) and the local Ray head stops (at most 15 s).
+_DA_STOP_S = 60
+
+
+@pytest.mark.multihost
+@pytest.mark.e2e
+def test_a_da_job_ends_within_its_timeout_naming_what_it_waited_for(tmp_path):
+  # Each wait of the job (placement, the rollout hosts' start, the job) got
+  # the whole --timeout before, so the job could run several times as long.
+  proc = zygote.popen(
+      [sys.executable, str(EXAMPLE), "--backend=mcjax_da",
+       "--trainer_hosts=1", "--rollout_hosts=2", "--devices_per_host=1",
+       "--batch_size=2", "--num_generations=2", "--steps=2",
+       f"--metrics_out={tmp_path / 'metrics.jsonl'}",
+       f"--timeout={_DA_LIMIT_S}"],
+      env=launch_utils.launcher_env(), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  start = time.monotonic()
+  started = set()  # Every process of the job: its Ray head and hosts.
+
+  def watch():
+    while proc.poll() is None:
+      with contextlib.suppress(psutil.Error):
+        started.update(p.pid for p in psutil.Process(proc.pid).children(
+            recursive=True))
+      time.sleep(0.1)
+
+  watcher = threading.Thread(target=watch, daemon=True)
+  watcher.start()
+  stdout, stderr = zygote.communicate_or_kill(
+      proc, timeout=_DA_LIMIT_S + _DA_STOP_S + 60)
+  took = time.monotonic() - start
+  watcher.join(timeout=5)
+  output = stdout + stderr
+  assert proc.returncode == 1, output[-3000:]
+  errors = [l for l in stderr.splitlines() if "error: " in l]
+  assert len(errors) == 1, stderr[-3000:]
+  assert re.search(
+      rf"error: Timed out waiting for .+: the job's time limit of"
+      rf" {_DA_LIMIT_S} s \(--timeout\) passed", errors[0]), errors[0]
+  assert took < _DA_LIMIT_S + _DA_STOP_S, (took, output[-3000:])
+  metrics = tmp_path / "metrics.jsonl"
+  assert not metrics.exists() or not metrics.read_text().strip()  # No step.
+  assert started, "the job started no process (no Ray head)"
+  launch_utils.assert_no_survivors(sorted(started), wait_s=15)
 
 
 def _run_example(*args: str) -> subprocess.CompletedProcess[str]:

@@ -118,17 +118,28 @@ def test_the_program_is_a_fork_with_its_own_pid(program, tmp_path):
     proc.stdout.close()
 
 
-def test_a_timeout_kills_the_program(tmp_path):
+def test_a_timeout_kills_the_program_and_its_children_and_shows_its_output(
+    tmp_path):
+  # The child holds the pipes too: killing the program alone would leave
+  # the run waiting for it, and the output would be lost with the error.
   sleeper = tmp_path / "sleep.py"
-  sleeper.write_text("import os, time\nprint(os.getpid(), flush=True)\n"
-                     "time.sleep(60)\n")
+  sleeper.write_text(
+      "import os, subprocess, sys, time\n"
+      "child = subprocess.Popen([sys.executable, '-c',"
+      " 'import time; time.sleep(60)'])\n"
+      "print(os.getpid(), child.pid, flush=True)\n"
+      "print('last words', file=sys.stderr, flush=True)\n"
+      "time.sleep(60)\n")
   start = time.monotonic()
-  with pytest.raises(subprocess.TimeoutExpired) as raised:
+  with pytest.raises(zygote.TimedOut) as raised:
     zygote.run([sys.executable, str(sleeper)], env=_env(tmp_path),
                capture_output=True, text=True, timeout=3)
   assert time.monotonic() - start < 30
-  pid = int(raised.value.output)
-  launch_utils.assert_no_survivors([pid], wait_s=10)
+  assert isinstance(raised.value, subprocess.TimeoutExpired)
+  assert "last words" in str(raised.value), str(raised.value)
+  pids = [int(pid) for pid in raised.value.output.split()]
+  assert len(pids) == 2, raised.value.output
+  launch_utils.assert_no_survivors(pids, wait_s=10)
 
 
 def test_a_client_that_goes_away_takes_its_program_along(tmp_path):

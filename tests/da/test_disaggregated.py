@@ -49,6 +49,7 @@ A killed trainer host is checked on the resume runs
 (tests/da/test_da_resume.py), which kill one anyway.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -114,7 +115,8 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
   (`existing_ray.ExistingRayCluster`).
 
   Writes console.txt, listening.json (the job's and the cluster's sockets
-  while the job runs, and the job's own process names) and cluster.json
+  while the job runs, the job's own process names, its and its hosts'
+  niceness) and cluster.json
   (what the job left on the cluster; the cluster's processes after it
   stopped) into `out`; fails the test when the job fails.
   """
@@ -139,13 +141,19 @@ def _run_on_existing_cluster(out: pathlib.Path, *flags: str,
           seen["job_names"] = [p.name() for p in job]
           seen["listening"] = sockets.listeners(
               job + sockets.tree(cluster.process.pid))
+          seen["driver_niceness"] = job[0].nice()
+          seen["host_niceness"] = {}
+          for pid in (cluster.worker_pids("RolloutHost")
+                      + cluster.worker_pids("TrainerHost")):
+            with contextlib.suppress(psutil.Error):
+              seen["host_niceness"][str(pid)] = psutil.Process(pid).nice()
           return
         time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-      output, _ = proc.communicate(timeout=timeout)
+      output, _ = zygote.communicate_or_kill(proc, timeout=timeout)
     finally:
       if proc.poll() is None:
         proc.kill()
@@ -218,7 +226,7 @@ def _run_killing(out: pathlib.Path, actor_class: str, *flags: str,
   watcher = threading.Thread(target=kill_after_step_one, daemon=True)
   watcher.start()
   try:
-    output, _ = proc.communicate(timeout=timeout)
+    output, _ = zygote.communicate_or_kill(proc, timeout=timeout)
   finally:
     if proc.poll() is None:
       proc.kill()
@@ -411,6 +419,16 @@ def test_a_job_on_an_existing_cluster_listens_on_loopback_only(da_runs):
   assert address and address[1] == "127.0.0.1", address
   assert int(address[2]) in {s[3] for s in listening}, listening
   assert [s for s in listening if not sockets.is_loopback(s[2])] == []
+
+
+def test_the_hosts_run_at_the_drivers_priority(da_runs):
+  # Ray starts its workers at nice 15 unless told otherwise: beside busy
+  # processes at nice 0 the hosts, the job's whole work, got about a
+  # twentieth of their CPU time (docs/disaggregated.md).
+  seen = json.loads((da_runs["k1_lr0"] / "listening.json").read_text())
+  assert len(seen["host_niceness"]) == 4, seen  # 2 trainer, 2 rollout.
+  assert set(seen["host_niceness"].values()) == {seen["driver_niceness"]}, (
+      seen)
 
 
 def test_no_ray_process_outlives_the_jobs(da_runs):

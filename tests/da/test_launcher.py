@@ -22,6 +22,7 @@ from tunix_mcjax import platforms
 from tunix_mcjax.da import launcher
 from tunix_mcjax.da import options
 from tunix_mcjax.da import ray_local
+from tunix_mcjax.da import ray_waits
 
 _CPU = platforms.Machine()
 _GPUS = platforms.Machine(gpus=4)
@@ -133,4 +134,5 @@ def test_a_namespace_in_use_is_refused_before_any_host_starts(monkeypatch):
   monkeypatch.setattr(ray.util, "placement_group", None)  # Never reached.
   with pytest.raises(RuntimeError, match="another job runs in it"):
     launcher._place(  # pylint: disable=protected-access
-        3, launcher.Placement(), timeout_s=1.0, name="ns_hosts", watch=None)
+        3, launcher.Placement(), deadline=ray_waits.Deadline(1.0),
+        name="ns_hosts", watch=None)

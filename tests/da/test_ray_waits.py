@@ -12,11 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The DA driver's watch on the Ray head (tunix_mcjax.da.ray_waits).
+"""The DA driver's watch on the Ray head and its deadline
+(tunix_mcjax.da.ray_waits).
 
 A real listening socket on loopback stands for the GCS; the clock is the
 test's, so "for 15 s" takes no time. The whole path (a Ray head killed under
-a running job) is tests/cluster/test_netns_faults.py.
+a running job) is tests/cluster/test_netns_faults.py; a whole job that runs
+out of its --timeout is tests/test_faults.py.
 """
 
 import socket
@@ -133,3 +135,34 @@ def test_a_malformed_address_is_refused(address):
 def test_ipv6_addresses_split():
   assert ray_waits.split_address("[::1]:6379") == ("::1", 6379)
   assert ray_waits.split_address("10.0.0.1:6379") == ("10.0.0.1", 6379)
+
+
+def test_each_wait_gets_what_is_left_of_the_jobs_time_limit():
+  clock = _Clock()
+  deadline = ray_waits.Deadline(500, clock=clock)
+  assert deadline.left() == 500
+  clock.now += 420  # Placement and the rollout hosts' start took 420 s.
+  assert deadline.left() == 80
+  clock.now += 100
+  assert deadline.left() == 0
+
+
+def test_a_wait_past_the_limit_names_what_it_waited_for_and_who():
+  clock = _Clock()
+  deadline = ray_waits.Deadline(500, clock=clock)
+  clock.now += 500
+  # Past the limit the wait ends before asking Ray anything: no refs needed.
+  with pytest.raises(RuntimeError) as raised:
+    ray_waits.wait_all(["ref 0", "ref 1"], deadline=deadline,
+                       what="the trainer hosts to finish the job",
+                       names=["trainer host 0", "trainer host 1"], watch=None)
+  assert str(raised.value) == (
+      "Timed out waiting for the trainer hosts to finish the job: the job's"
+      " time limit of 500 s (--timeout) passed; ['trainer host 0', 'trainer"
+      " host 1'] did not finish.")
+
+
+@pytest.mark.parametrize("total_s", [0, -1, True, "500", None])
+def test_a_limit_that_is_not_a_positive_number_is_refused(total_s):
+  with pytest.raises(ValueError, match="time limit must be a number > 0"):
+    ray_waits.Deadline(total_s)

@@ -372,21 +372,16 @@ def popen(args: Sequence[str], **kwargs):
 def run(args: Sequence[str], *, capture_output: bool = False,
         timeout: float | None = None, check: bool = False, input=None,  # pylint: disable=redefined-builtin
         **kwargs) -> subprocess.CompletedProcess:
-  """`subprocess.run(args, ...)`, forked by a server where it can."""
-  everything = dict(kwargs, capture_output=capture_output, timeout=timeout,
-                    check=check, input=input)
-  if _server_or_none(args, kwargs, _SUPPORTED_RUN) is None:
-    return subprocess.run(args, **everything)
+  """`subprocess.run(args, ...)`, forked by a server where it can; past
+  `timeout` as `communicate_or_kill`."""
   if capture_output:
     kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   if input is not None:
     kwargs["stdin"] = subprocess.PIPE
   proc = popen(args, **kwargs)
   try:
-    stdout, stderr = proc.communicate(input, timeout=timeout)
-  except subprocess.TimeoutExpired as e:
-    proc.kill()
-    e.output, e.stderr = proc.communicate()
+    stdout, stderr = communicate_or_kill(proc, input=input, timeout=timeout)
+  except TimedOut:
     raise
   except BaseException:
     proc.kill()
@@ -397,6 +392,53 @@ def run(args: Sequence[str], *, capture_output: bool = False,
   if check:
     done.check_returncode()
   return done
+
+
+class TimedOut(subprocess.TimeoutExpired):
+  """A run past its timeout, killed with every process below it; its text
+  ends with the tails of what the run printed (all a CI log keeps)."""
+
+  def __str__(self) -> str:
+    def tail(text: Any) -> str:
+      if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+      return (text or "")[-_TAIL_CHARS:]
+    return (f"{super().__str__()}; killed with its descendants\n"
+            f"--- stdout (tail) ---\n{tail(self.output)}\n"
+            f"--- stderr (tail) ---\n{tail(self.stderr)}")
+
+
+# What a timed-out run's error shows of each stream.
+_TAIL_CHARS = 6000
+
+
+def communicate_or_kill(proc, *, timeout: float | None, input=None):  # pylint: disable=redefined-builtin
+  """`proc.communicate(input, timeout)`; past `timeout`, SIGKILLs `proc` and
+  every process below it (a job's hosts, Ray head or workers hold its
+  pipes too) and raises `TimedOut` with what it printed."""
+  try:
+    return proc.communicate(input, timeout=timeout)
+  except subprocess.TimeoutExpired:
+    pass
+  _kill_tree(proc.pid)
+  try:
+    stdout, stderr = proc.communicate(timeout=30)
+  except subprocess.TimeoutExpired:
+    stdout = stderr = "(not readable: a process outside the tree holds it)"
+  raise TimedOut(proc.args, timeout, stdout, stderr) from None
+
+
+def _kill_tree(pid: int) -> None:
+  import psutil  # pylint: disable=g-import-not-at-top
+
+  try:
+    tree = [psutil.Process(pid)]
+    tree += tree[0].children(recursive=True)
+  except psutil.Error:
+    tree = []
+  for proc in tree:
+    with contextlib.suppress(psutil.Error):
+      proc.kill()
 
 
 # The server side (run as a script: `python zygote.py SOCKET`).

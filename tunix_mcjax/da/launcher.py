@@ -79,6 +79,8 @@ def _host_env(devices: int | None) -> dict[str, str]:
   accelerators of its bundle on the platform JAX finds."""
   env = {
       "PYTHONUNBUFFERED": "1",
+      # Not Ray's default nice 15, behind every busy process: all the work.
+      "RAY_worker_niceness": "0",
       # Actors on an existing cluster do not inherit this process's.
       **compilation_cache.inherited(),
   }
@@ -339,7 +341,8 @@ def run_local(task: model_source.TrainerTask, *,
       (the entry point's `model_source.ModelSource`).
     devices_per_host: fake CPU devices of each host's process; None: the
       accelerators of each host's bundle (`host_devices`).
-    timeout_s: the longest wait for the rollout hosts' start and the job.
+    timeout_s: the job's time limit from this call: the placement, the
+      rollout hosts' start and the job all end within it.
     session: the Ray session (overrides ray_address); None: from ray_address.
     ray_address: None starts a Ray head on this machine, on loopback only,
       and stops it at the end; otherwise the address of an existing cluster
@@ -351,6 +354,7 @@ def run_local(task: model_source.TrainerTask, *,
     RuntimeError: naming the host that failed (its traceback is printed by
       Ray above), the placement the cluster could not grant, or the timeout.
   """
+  deadline = ray_waits.Deadline(timeout_s)
   da = task.da_options()
   placement = placement or Placement()
   total = da.trainer_hosts + da.rollout_hosts
@@ -376,13 +380,13 @@ def run_local(task: model_source.TrainerTask, *,
     actors = []
     group = None
     try:
-      group = _place(total, placement, timeout_s=timeout_s,
+      group = _place(total, placement, deadline=deadline,
                      name=options_lib.placement_group_name(namespace),
                      watch=watch)
       summaries = _run_hosts(task, da, namespace, group, placement, actors,
                              rollout_source=rollout_source,
                              devices_per_host=devices_per_host,
-                             timeout_s=timeout_s, local=session.local,
+                             deadline=deadline, local=session.local,
                              watch=watch)
     except Exception as e:
       if (watch is not None and not isinstance(e, ray_waits.RayHeadLost)
@@ -435,7 +439,7 @@ def job_namespace(da: options_lib.DaOptions,
   return options_lib.check_namespace(session.namespace)
 
 
-def _place(hosts: int, placement: Placement, *, timeout_s: float,
+def _place(hosts: int, placement: Placement, *, deadline: ray_waits.Deadline,
            name: str, watch: ray_waits.HeadWatch | None) -> Any:
   """The job's placement group (one bundle per host), once Ray granted it."""
   import ray  # pylint: disable=g-import-not-at-top
@@ -451,23 +455,25 @@ def _place(hosts: int, placement: Placement, *, timeout_s: float,
         " its own) or give this job another one.")
   group = ray.util.placement_group([dict(placement.bundle)] * hosts,
                                  strategy=placement.strategy, name=name)
-  wait_s = min(placement.timeout_s, timeout_s)
-  deadline = time.monotonic() + wait_s
+  end = time.monotonic() + min(placement.timeout_s, deadline.left())
   ready = []
-  while not ready and time.monotonic() < deadline:
+  while not ready and time.monotonic() < end:
     if watch is not None:
       watch.check()
     ready, _ = ray.wait([group.ready()], timeout=min(
-        ray_waits.POLL_S, max(0.0, deadline - time.monotonic())))
+        ray_waits.POLL_S, max(0.0, end - time.monotonic())))
   if not ready:
     free = ray.available_resources()
     ray.util.remove_placement_group(group)
+    if not deadline.left():  # The job's --timeout ran out first.
+      raise RuntimeError(deadline.message(
+          f"Ray to place the job's {hosts} hosts") + f"; {free} free.")
     raise RuntimeError(
         f"Ray could not place the job's {hosts} hosts ({placement.strategy},"
-        f" {dict(placement.bundle)} each) within {wait_s:.0f} s; the cluster"
-        f" has {free} free. Add nodes or free resources, or ask for less per"
-        " host (--ray_bundle) or another strategy (--ray_placement_strategy)."
-    )
+        f" {dict(placement.bundle)} each) within {placement.timeout_s:.0f} s;"
+        f" the cluster has {free} free. Add nodes or free resources, or ask"
+        " for less per host (--ray_bundle) or another strategy"
+        " (--ray_placement_strategy).")
   return group
 
 
@@ -475,7 +481,7 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
                namespace: str, group: Any, placement: Placement,
                actors: list[Any], *,
                rollout_source: model_source.ModelSource,
-               devices_per_host: int | None, timeout_s: float,
+               devices_per_host: int | None, deadline: ray_waits.Deadline,
                local: bool, watch: ray_waits.HeadWatch | None) -> list[Any]:
   """Starts the hosts (appended to `actors` as they are made); waits."""
   import ray  # pylint: disable=g-import-not-at-top
@@ -512,7 +518,7 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
           " its own) or give this job another one.") from e
     actors.append(rollouts[-1])
   infos = ray_waits.wait_all(
-      [r.info.remote() for r in rollouts], timeout_s=timeout_s,
+      [r.info.remote() for r in rollouts], deadline=deadline,
       what="rollout hosts to build their engines",
       names=[f"rollout host {i}" for i in range(da.rollout_hosts)],
       watch=watch)
@@ -535,7 +541,7 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
   # knows its node and which ports are free there.
   (coordinator,) = ray_waits.wait_all(
       [trainers[0].coordinator_address.remote(loopback=local)],
-      timeout_s=timeout_s, what="the trainers' coordinator address",
+      deadline=deadline, what="the trainers' coordinator address",
       names=names[:1], watch=watch)
   _log(f"trainer coordinator at {coordinator} (trainer host 0)")
   for i, trainer in enumerate(trainers):
@@ -545,7 +551,7 @@ def _run_hosts(task: model_source.TrainerTask, da: options_lib.DaOptions,
         num_hosts=da.trainer_hosts, host_id=i,
         devices_per_host=devices_per_host))
   return ray_waits.wait_all(
-      [t.run.remote(task) for t in trainers], timeout_s=timeout_s,
+      [t.run.remote(task) for t in trainers], deadline=deadline,
       what="the trainer hosts to finish the job", names=names, watch=watch)
 
 

@@ -12,7 +12,10 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The DA driver's waits on Ray: each with a time limit, each watching the head.
+"""The DA driver's waits on Ray: within the job's time limit, watching the head.
+
+Every wait takes what is left of one `Deadline`, the job's `--timeout` from
+its start, so that the job ends within it whichever phase is slow.
 
 Without its head (the GCS) a Ray cluster cannot go on: Ray's own processes
 notice only after `gcs_rpc_server_reconnect_timeout_s` (60 s in Ray 2.60),
@@ -44,6 +47,29 @@ PROBE_TIMEOUT_S = 2.0
 
 class RayHeadLost(RuntimeError):
   """The Ray head stopped answering; the job cannot go on."""
+
+
+class Deadline:
+  """The job's time limit, counted from its start: what each wait may take."""
+
+  def __init__(self, total_s: float, *,
+               clock: Callable[[], float] = time.monotonic):
+    if isinstance(total_s, bool) or not isinstance(
+        total_s, (int, float)) or not total_s > 0:
+      raise ValueError(f"the job's time limit must be a number > 0, got"
+                       f" {total_s!r}.")
+    self.total_s = float(total_s)
+    self._clock = clock
+    self._end = clock() + self.total_s
+
+  def left(self) -> float:
+    """Seconds until the limit (0 once it passed)."""
+    return max(0.0, self._end - self._clock())
+
+  def message(self, what: str) -> str:
+    """The error when the limit passed while waiting for `what`."""
+    return (f"Timed out waiting for {what}: the job's time limit of"
+            f" {self.total_s:.0f} s (--timeout) passed")
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -137,24 +163,23 @@ def leave_without_ray(status: int) -> None:
   os._exit(status)  # pylint: disable=protected-access
 
 
-def wait_all(refs: list[Any], *, timeout_s: float, what: str,
+def wait_all(refs: list[Any], *, deadline: Deadline, what: str,
              names: list[str], watch: HeadWatch | None) -> list[Any]:
-  """Results of every ref; the first failure, the timeout or a lost head
+  """Results of every ref; the first failure, the deadline or a lost head
   (`watch`; None: not watched) is an error."""
   import ray  # pylint: disable=g-import-not-at-top
 
   index = {ref: i for i, ref in enumerate(refs)}
   results: list[Any] = [None] * len(refs)
   pending = list(refs)
-  deadline = time.monotonic() + timeout_s
   while pending:
     if watch is not None:
       watch.check()
-    left = deadline - time.monotonic()
+    left = deadline.left()
     if left <= 0:
       raise RuntimeError(
-          f"Timed out after {timeout_s:.0f} s waiting for {what}:"
-          f" {[names[index[r]] for r in pending]} did not finish."
+          f"{deadline.message(what)}; {[names[index[r]] for r in pending]}"
+          " did not finish."
       )
     ready, pending = ray.wait(pending, num_returns=1,
                               timeout=min(POLL_S, left))
