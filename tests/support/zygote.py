@@ -77,8 +77,6 @@ _HEADER = struct.Struct("!I")
 _SUPPORTED_POPEN = frozenset(
     {"env", "cwd", "stdin", "stdout", "stderr", "text", "start_new_session",
      "universal_newlines"})
-_SUPPORTED_RUN = _SUPPORTED_POPEN | {"capture_output", "timeout", "check",
-                                     "input"}
 
 
 def import_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
