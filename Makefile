@@ -144,10 +144,9 @@ demo-agentic: $(STAMP)
 STATS := runs/test-stats
 PYTEST_ARGS := -q -p no:cacheprovider
 BESIDE_TESTS := tests/cluster tests/test_faults.py
-# Modules of the shards that run after the fault modules instead, where
-# namespaces keep their Ray jobs apart: the chains end closer together.
-# Neither shares a session run with any other module.
-BALANCE_TESTS := tests/cli/test_cli_agentic.py tests/test_agentic_equivalence.py
+# A module of the second shard that runs after the fault modules instead,
+# where namespaces keep its Ray jobs apart: the chains end closer together.
+BALANCE_TESTS := tests/cli/test_cli_agentic.py
 SHARD2_TESTS := tests/cli tests/bench tests/test_checkpointing.py \
   tests/test_checkpoint_gcs.py tests/da/test_da_resume.py \
   tests/maxtext/test_maxtext_patching.py tests/engines/test_native.py \
@@ -177,7 +176,7 @@ test: $(STAMP)
 	  --also=$(STATS)/mxv.log $(SUBMAKE) --no-print-directory $(STAMP_MXV) :: \
 	    env TORCHINDUCTOR_CACHE_DIR=$(INDUCTOR_CACHE) $(PY) scripts/own_netns.py $(MXV_GROUP)) ::: \
 	  env TUNIX_MCJAX_TEST_STATS_DIR=$(CURDIR)/$(STATS)/main $(PY) -m pytest tests -m "not vllm" \
-	    $(addprefix --ignore=,$(BESIDE_TESTS) $(if $(NS),$(SHARD2_TESTS) $(BALANCE_TESTS))) --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
+	    $(addprefix --ignore=,$(BESIDE_TESTS) $(if $(NS),$(SHARD2_TESTS))) --durations=15 --junitxml=$(STATS)/main.xml $(PYTEST_ARGS)
 	$(if $(NS),,$(MXV_GROUP))
 
 # Every test, then docs/testing.md's measured part from that run.
