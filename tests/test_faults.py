@@ -220,9 +220,9 @@ def test_without_a_launcher_a_killed_host_ends_the_others_naming_it(tmp_path):
   launch_utils.assert_no_survivors([h.pid for h in hosts])
 
 
-# Seconds a DA job gets: less than its Ray start and the hosts' start
-# (about 10 s on a quiet 2-core machine), so it always runs out.
-_DA_LIMIT_S = 8
+# Seconds a DA job gets: well below its Ray start and its hosts' start
+# together (about 8 s on a quiet 2-core machine), so it always runs out.
+_DA_LIMIT_S = 4
 # What the job may take past its limit: the rollout hosts close their
 # engines (at most 20 s) and the local Ray head stops (at most 15 s).
 _DA_STOP_S = 60
