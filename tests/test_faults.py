@@ -29,7 +29,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -42,7 +41,6 @@ import time
 
 import example_runs
 import launch_utils
-import psutil
 import pytest
 import zygote
 
@@ -246,9 +244,7 @@ def test_a_da_job_ends_within_its_timeout_naming_what_it_waited_for(tmp_path):
 
   def watch():
     while proc.poll() is None:
-      with contextlib.suppress(psutil.Error):
-        started.update(p.pid for p in psutil.Process(proc.pid).children(
-            recursive=True))
+      started.update(launch_utils.descendants(proc.pid))
       time.sleep(0.1)
 
   watcher = threading.Thread(target=watch, daemon=True)
